@@ -1,0 +1,297 @@
+//! The beanstalk wire protocol as plain data.
+//!
+//! This crate knows the bytes of beanstalkd 1.13's protocol (`doc/protocol.txt`
+//! plus the rules its `prot.c` applies where the text is vague) and nothing
+//! about sockets, tasks or jobs. The server, the client, the Redis bridge, the
+//! tests and the benches all speak through it, so there is one definition of
+//! every command and every reply.
+//!
+//! - [`Command`]: a request, as the server receives it (a `put` carries its body).
+//! - [`Response`]: a reply, as the client receives it.
+//! - [`parse`]: the streaming command parser (server side) and response parser
+//!   (client side), built with `nom`.
+//! - [`encode`]: writers that append to a `BytesMut` without allocating.
+//! - [`codec`]: `tokio-util` codecs for both ends of a connection.
+//!
+//! One extension over beanstalkd: the delays of `put`, `release` and
+//! `pause-tube` and the timeout of `reserve-with-timeout` may be written as a
+//! non-negative decimal fraction (`0.25`, `1.5`, `1.25e-1`). Plain integers
+//! mean exactly what they mean to beanstalkd; no line a classic client sends is
+//! read differently.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub mod codec;
+pub mod encode;
+pub mod parse;
+
+/// Longest command line beanstalkd accepts, CRLF included.
+pub const MAX_LINE_LEN: usize = 224;
+/// Longest tube name, in bytes.
+pub const MAX_TUBE_NAME_LEN: usize = 200;
+/// beanstalkd's default `-z`: the largest job body accepted.
+pub const DEFAULT_MAX_JOB_SIZE: u32 = 65_535;
+/// The largest `-z` beanstalkd allows.
+pub const MAX_JOB_SIZE_LIMIT: u32 = 1 << 30;
+/// Jobs with a priority below this count as "urgent" in the stats.
+pub const URGENT_THRESHOLD: u32 = 1024;
+/// The largest delay, TTR or pause: beanstalkd reads them as `u32` seconds.
+pub const MAX_SECONDS: u64 = u32::MAX as u64;
+
+/// A job id. Ids start at 1 and are never reused.
+pub type JobId = u64;
+
+/// A valid tube name: 1–200 bytes from `A-Za-z0-9-+/;.$_()`, not starting with `-`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TubeName(Box<str>);
+
+impl TubeName {
+    /// Checks `name` against beanstalkd's rules.
+    pub fn new(name: &[u8]) -> Option<TubeName> {
+        let valid = !name.is_empty()
+            && name.len() <= MAX_TUBE_NAME_LEN
+            && name[0] != b'-'
+            && name.iter().all(|&b| is_name_char(b));
+        if !valid {
+            return None;
+        }
+        // Every name char is ASCII, so the bytes are UTF-8.
+        std::str::from_utf8(name).ok().map(|s| TubeName(s.into()))
+    }
+
+    /// The tube every connection uses and watches when it connects.
+    pub fn default_tube() -> TubeName {
+        TubeName("default".into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+/// The characters beanstalkd allows in a tube name.
+pub fn is_name_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-+/;.$_()".contains(&b)
+}
+
+impl fmt::Debug for TubeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for TubeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A request from a client.
+///
+/// Durations are what the client asked for; the server applies beanstalkd's
+/// adjustments (a TTR below one second becomes one second, a pause of zero
+/// becomes the shortest possible pause).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    Put { pri: u32, delay: Duration, ttr: Duration, body: Bytes },
+    Use(TubeName),
+    Reserve,
+    ReserveWithTimeout(Duration),
+    ReserveJob(JobId),
+    Delete(JobId),
+    Release { id: JobId, pri: u32, delay: Duration },
+    Bury { id: JobId, pri: u32 },
+    Touch(JobId),
+    Watch(TubeName),
+    Ignore(TubeName),
+    Peek(JobId),
+    PeekReady,
+    PeekDelayed,
+    PeekBuried,
+    Kick(u32),
+    KickJob(JobId),
+    Stats,
+    StatsJob(JobId),
+    StatsTube(TubeName),
+    ListTubes,
+    ListTubeUsed,
+    ListTubesWatched,
+    PauseTube { tube: TubeName, delay: Duration },
+    Quit,
+}
+
+/// The kind of a command, without its arguments: what `stats` counts
+/// (`cmd-put`, `cmd-peek`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    Put,
+    Use,
+    Reserve,
+    ReserveWithTimeout,
+    ReserveJob,
+    Delete,
+    Release,
+    Bury,
+    Touch,
+    Watch,
+    Ignore,
+    Peek,
+    PeekReady,
+    PeekDelayed,
+    PeekBuried,
+    Kick,
+    KickJob,
+    Stats,
+    StatsJob,
+    StatsTube,
+    ListTubes,
+    ListTubeUsed,
+    ListTubesWatched,
+    PauseTube,
+    Quit,
+}
+
+impl Op {
+    /// Every kind, in a fixed order (usable as an index with `as usize`).
+    pub const ALL: [Op; 25] = [
+        Op::Put,
+        Op::Use,
+        Op::Reserve,
+        Op::ReserveWithTimeout,
+        Op::ReserveJob,
+        Op::Delete,
+        Op::Release,
+        Op::Bury,
+        Op::Touch,
+        Op::Watch,
+        Op::Ignore,
+        Op::Peek,
+        Op::PeekReady,
+        Op::PeekDelayed,
+        Op::PeekBuried,
+        Op::Kick,
+        Op::KickJob,
+        Op::Stats,
+        Op::StatsJob,
+        Op::StatsTube,
+        Op::ListTubes,
+        Op::ListTubeUsed,
+        Op::ListTubesWatched,
+        Op::PauseTube,
+        Op::Quit,
+    ];
+}
+
+impl Command {
+    pub fn op(&self) -> Op {
+        match self {
+            Command::Put { .. } => Op::Put,
+            Command::Use(_) => Op::Use,
+            Command::Reserve => Op::Reserve,
+            Command::ReserveWithTimeout(_) => Op::ReserveWithTimeout,
+            Command::ReserveJob(_) => Op::ReserveJob,
+            Command::Delete(_) => Op::Delete,
+            Command::Release { .. } => Op::Release,
+            Command::Bury { .. } => Op::Bury,
+            Command::Touch(_) => Op::Touch,
+            Command::Watch(_) => Op::Watch,
+            Command::Ignore(_) => Op::Ignore,
+            Command::Peek(_) => Op::Peek,
+            Command::PeekReady => Op::PeekReady,
+            Command::PeekDelayed => Op::PeekDelayed,
+            Command::PeekBuried => Op::PeekBuried,
+            Command::Kick(_) => Op::Kick,
+            Command::KickJob(_) => Op::KickJob,
+            Command::Stats => Op::Stats,
+            Command::StatsJob(_) => Op::StatsJob,
+            Command::StatsTube(_) => Op::StatsTube,
+            Command::ListTubes => Op::ListTubes,
+            Command::ListTubeUsed => Op::ListTubeUsed,
+            Command::ListTubesWatched => Op::ListTubesWatched,
+            Command::PauseTube { .. } => Op::PauseTube,
+            Command::Quit => Op::Quit,
+        }
+    }
+}
+
+/// The error replies the parser itself decides on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProtocolError {
+    BadFormat,
+    UnknownCommand,
+    ExpectedCrlf,
+    JobTooBig,
+}
+
+impl From<ProtocolError> for Response {
+    fn from(e: ProtocolError) -> Response {
+        match e {
+            ProtocolError::BadFormat => Response::BadFormat,
+            ProtocolError::UnknownCommand => Response::UnknownCommand,
+            ProtocolError::ExpectedCrlf => Response::ExpectedCrlf,
+            ProtocolError::JobTooBig => Response::JobTooBig,
+        }
+    }
+}
+
+/// A request the server must refuse, and the stats it still touches.
+///
+/// beanstalkd counts some commands before it finds them wrong: a `put` whose
+/// body is too big, lacks its CRLF or has trailing garbage after the size still
+/// counts in `cmd-put`, and a `pause-tube` with an invalid name still counts
+/// in `cmd-pause-tube`. `counted` carries that so `stats` reads the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    pub error: ProtocolError,
+    pub counted: Option<Op>,
+}
+
+/// What the server-side decoder yields for each request on the wire.
+pub type Request = Result<Command, Rejected>;
+
+/// A reply from the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    /// `INSERTED <id>`
+    Inserted(JobId),
+    /// `BURIED <id>`: a put that the server could not queue, so buried at once.
+    BuriedId(JobId),
+    /// `BURIED`: the answer to `bury` (and to a `release` the server could not queue).
+    Buried,
+    ExpectedCrlf,
+    JobTooBig,
+    Draining,
+    /// `USING <tube>`
+    Using(TubeName),
+    /// `RESERVED <id> <bytes>` + body
+    Reserved { id: JobId, body: Bytes },
+    DeadlineSoon,
+    TimedOut,
+    Deleted,
+    NotFound,
+    Released,
+    Touched,
+    /// `WATCHING <count>`
+    Watching(u32),
+    NotIgnored,
+    /// `FOUND <id> <bytes>` + body
+    Found { id: JobId, body: Bytes },
+    /// `KICKED`: the answer to `kick-job`.
+    Kicked,
+    /// `KICKED <count>`: the answer to `kick`.
+    KickedCount(u32),
+    /// `OK <bytes>` + a YAML document (stats and lists).
+    Ok(Bytes),
+    Paused,
+    OutOfMemory,
+    InternalError,
+    BadFormat,
+    UnknownCommand,
+}

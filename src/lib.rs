@@ -1,0 +1,6 @@
+//! sprout: a beanstalkd-compatible job server.
+//!
+//! The crate is the server as a library (so tests, benches and examples can
+//! start one in-process) plus the small async client they share.
+
+pub mod engine;

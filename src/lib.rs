@@ -3,4 +3,8 @@
 //! The crate is the server as a library (so tests, benches and examples can
 //! start one in-process) plus the small async client they share.
 
+pub mod cli;
 pub mod engine;
+pub mod shared;
+pub mod timer;
+pub mod user;

@@ -1,1 +1,4 @@
-fn main() {}
+use clap::Parser;
+fn main() {
+    let _ = sprout::cli::Args::parse();
+}

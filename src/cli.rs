@@ -1,0 +1,79 @@
+//! The command line: beanstalkd's own flags, so sprout can replace it in
+//! scripts, containers and client test suites unchanged.
+//!
+//! One deliberate difference: without `-l`, sprout listens on 127.0.0.1, not
+//! on every interface. A job server has no authentication; it should face the
+//! network only when asked to.
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Parser};
+use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
+
+/// beanstalkd's default binlog file size (`-s`), reported by `stats`.
+pub const DEFAULT_BINLOG_SIZE: u64 = 10 << 20;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sprout",
+    about = "A beanstalkd-compatible job server",
+    version,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// Listen on ADDR (an address or host name, or unix:PATH for a unix socket).
+    #[arg(short = 'l', long = "listen", value_name = "ADDR", default_value = "127.0.0.1")]
+    pub listen: String,
+
+    /// Listen on PORT.
+    #[arg(short = 'p', long = "port", value_name = "PORT", default_value_t = 11300)]
+    pub port: u16,
+
+    /// Largest job body accepted, in bytes (at most 1 GiB; larger values are lowered to it).
+    #[arg(short = 'z', long = "max-job-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_JOB_SIZE as u64)]
+    pub max_job_size: u64,
+
+    /// Keep jobs durably in DIR (an embedded sled database).
+    #[arg(short = 'b', long = "binlog-dir", value_name = "DIR")]
+    pub binlog_dir: Option<PathBuf>,
+
+    /// Make records durable at most MS milliseconds after they are acknowledged;
+    /// 0 means no reply is sent before its record is durable.
+    #[arg(short = 'f', long = "fsync-ms", value_name = "MS", default_value_t = 50)]
+    pub fsync_ms: u64,
+
+    /// Never force records to disk.
+    #[arg(short = 'F', long = "no-fsync")]
+    pub no_fsync: bool,
+
+    /// Size hint for the store's log files, in bytes (reported as binlog-max-size).
+    #[arg(short = 's', long = "binlog-size", value_name = "BYTES", default_value_t = DEFAULT_BINLOG_SIZE)]
+    pub binlog_size: u64,
+
+    /// Accepted for compatibility: the store always compacts.
+    #[arg(short = 'c', long = "compact")]
+    pub compact: bool,
+
+    /// Accepted for compatibility: the store always compacts.
+    #[arg(short = 'n', long = "no-compact")]
+    pub no_compact: bool,
+
+    /// Become USER (and its group) after binding the listener.
+    #[arg(short = 'u', long = "user", value_name = "USER")]
+    pub user: Option<String>,
+
+    /// More logging; repeat for more (-VV logs every command).
+    #[arg(short = 'V', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Print the version and exit.
+    #[arg(short = 'v', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+}
+
+impl Args {
+    /// `-z` as beanstalkd applies it: values above 1 GiB are lowered to 1 GiB.
+    pub fn effective_max_job_size(&self) -> u32 {
+        self.max_job_size.min(MAX_JOB_SIZE_LIMIT as u64) as u32
+    }
+}

@@ -1,0 +1,105 @@
+//! The state every connection task works on: the engine under one short lock,
+//! the mailboxes of connections blocked in `reserve`, and the timer's alarm.
+//!
+//! [`Shared::lock`] returns a guard that, when dropped, delivers the answers
+//! the engine produced for blocked connections and wakes the timer task if
+//! the earliest deadline moved closer. Every engine call goes through it, so
+//! no caller can forget either step.
+
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use sprout_protocol::Response;
+use tokio::sync::{mpsc, Notify};
+
+use crate::engine::{Clock, ConnId, Engine, Time};
+
+/// Where a blocked connection receives its late answer.
+pub type Mailbox = mpsc::UnboundedReceiver<Response>;
+
+pub struct Shared {
+    state: Mutex<State>,
+    pub clock: Clock,
+    /// Wakes the timer task early.
+    pub(crate) alarm: Notify,
+    /// When the timer task is set to wake ([`Time::MAX`]: not at all).
+    pub(crate) alarm_at: AtomicU64,
+}
+
+pub struct State {
+    pub engine: Engine,
+    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<Response>>,
+}
+
+impl Shared {
+    pub fn new(engine: Engine, clock: Clock) -> Shared {
+        Shared {
+            state: Mutex::new(State { engine, mailboxes: HashMap::new() }),
+            clock,
+            alarm: Notify::new(),
+            alarm_at: AtomicU64::new(Time::MAX),
+        }
+    }
+
+    pub fn lock(&self) -> Locked<'_> {
+        // A panic while holding the lock is a bug already reported; the
+        // engine's state is still the best there is, so keep serving.
+        let guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Locked { guard, shared: self }
+    }
+
+    /// Registers a new client with the engine and gives it a mailbox.
+    pub fn connect(&self) -> (ConnId, Mailbox) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut state = self.lock();
+        let id = state.engine.connect();
+        state.mailboxes.insert(id, tx);
+        (id, rx)
+    }
+
+    pub fn disconnect(&self, id: ConnId) {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.mailboxes.remove(&id);
+        state.engine.disconnect(id, now);
+    }
+}
+
+/// The engine, locked. See the module docs for what dropping it does.
+pub struct Locked<'a> {
+    guard: MutexGuard<'a, State>,
+    shared: &'a Shared,
+}
+
+impl Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let state = &mut *self.guard;
+        for (id, response) in state.engine.take_wakeups() {
+            // A closed mailbox means the connection is leaving; its
+            // disconnect (under this same lock, later) returns the job.
+            if let Some(tx) = state.mailboxes.get(&id) {
+                let _ = tx.send(response);
+            }
+        }
+        let next = state.engine.next_deadline().unwrap_or(Time::MAX);
+        if next < self.shared.alarm_at.load(Ordering::Acquire) {
+            self.shared.alarm_at.store(next, Ordering::Release);
+            self.shared.alarm.notify_one();
+        }
+    }
+}

@@ -4,7 +4,10 @@
 //! start one in-process) plus the small async client they share.
 
 pub mod cli;
+pub mod client;
+pub mod connection;
 pub mod engine;
+pub mod server;
 pub mod shared;
 pub mod timer;
 pub mod user;

@@ -1,0 +1,180 @@
+//! One client connection: read, decode every complete request in the
+//! buffer, run them all under one engine lock, write all answers at once.
+//!
+//! A `reserve` that has to wait parks the connection on its mailbox; the
+//! requests pipelined behind it stay decoded in `pending` and run once the
+//! answer has been written, as beanstalkd does. While parked, the socket is
+//! still read (up to a bound) so a client that hangs up is noticed at once.
+//!
+//! Memory per connection is bounded: reads stop while decoded requests are
+//! pending, answers are written out whenever the write buffer passes
+//! [`WRITE_HIGH_WATER`], and a client that does not read its answers stalls
+//! only itself (its writes block, so its task stops reading).
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use sprout_protocol::codec::ServerCodec;
+use sprout_protocol::encode::encode_response;
+use sprout_protocol::Request;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::Decoder;
+
+use crate::engine::{ConnId, Outcome};
+use crate::shared::{Mailbox, Shared};
+
+/// Requests decoded ahead of execution, at most.
+const MAX_PENDING: usize = 512;
+/// Answers are written out once this many bytes are waiting.
+const WRITE_HIGH_WATER: usize = 64 * 1024;
+/// Room made in the read buffer before each read.
+const READ_CHUNK: usize = 16 * 1024;
+/// While parked in `reserve`, stop reading once this much input is queued.
+const PARKED_READ_LIMIT: usize = 64 * 1024;
+
+/// Serves one client until it quits, hangs up or fails.
+pub async fn serve<S>(stream: S, shared: Arc<Shared>, max_job_size: u32)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (id, mailbox) = shared.connect();
+    let mut conn = Connection {
+        id,
+        stream,
+        mailbox,
+        codec: ServerCodec::new(max_job_size),
+        rbuf: BytesMut::new(),
+        wbuf: BytesMut::new(),
+        pending: VecDeque::new(),
+    };
+    if let Err(e) = conn.run(&shared).await {
+        tracing::debug!(conn = id, error = %e, "connection failed");
+    }
+    shared.disconnect(id);
+}
+
+struct Connection<S> {
+    id: ConnId,
+    stream: S,
+    mailbox: Mailbox,
+    codec: ServerCodec,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    pending: VecDeque<Request>,
+}
+
+/// Where a batch of requests left the connection.
+enum Next {
+    /// Everything pending ran, or the write buffer is full: carry on.
+    Continue,
+    /// A `reserve` is waiting for its answer.
+    Parked,
+    /// `quit`.
+    Close,
+}
+
+impl<S> Connection<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    async fn run(&mut self, shared: &Shared) -> io::Result<()> {
+        loop {
+            self.decode()?;
+            if self.pending.is_empty() {
+                if !self.read().await? {
+                    return Ok(());
+                }
+                continue;
+            }
+            let next = self.execute(shared);
+            self.flush().await?;
+            match next {
+                Next::Continue => {}
+                Next::Close => return Ok(()),
+                Next::Parked => {
+                    if !self.park().await? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decodes complete requests from the read buffer, up to [`MAX_PENDING`].
+    fn decode(&mut self) -> io::Result<()> {
+        while self.pending.len() < MAX_PENDING {
+            match self.codec.decode(&mut self.rbuf)? {
+                Some(request) => self.pending.push_back(request),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads more input; `false` at end of stream.
+    async fn read(&mut self) -> io::Result<bool> {
+        self.rbuf.reserve(READ_CHUNK);
+        Ok(self.stream.read_buf(&mut self.rbuf).await? != 0)
+    }
+
+    /// Runs pending requests under one lock until they run out, one parks
+    /// or quits, or the answers fill the write buffer.
+    fn execute(&mut self, shared: &Shared) -> Next {
+        let mut state = shared.lock();
+        while let Some(request) = self.pending.pop_front() {
+            let outcome = match request {
+                // The clock is read per command: `stats-job`'s time-left
+                // truncates like beanstalkd's only if time moves on.
+                Ok(command) => state.engine.execute(self.id, command, shared.clock.now()),
+                Err(rejected) => {
+                    state.engine.reject(self.id, rejected);
+                    Outcome::Reply(rejected.error.into())
+                }
+            };
+            match outcome {
+                Outcome::Reply(response) => encode_response(&response, &mut self.wbuf),
+                Outcome::Wait => return Next::Parked,
+                Outcome::Close => return Next::Close,
+            }
+            if self.wbuf.len() >= WRITE_HIGH_WATER {
+                break;
+            }
+        }
+        Next::Continue
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        if !self.wbuf.is_empty() {
+            self.stream.write_all(&self.wbuf).await?;
+            self.wbuf.clear();
+        }
+        Ok(())
+    }
+
+    /// Waits for the answer to a blocked `reserve` and writes it; `false`
+    /// if the client hung up meanwhile.
+    async fn park(&mut self) -> io::Result<bool> {
+        loop {
+            let room = self.rbuf.len() < PARKED_READ_LIMIT;
+            if room {
+                self.rbuf.reserve(READ_CHUNK);
+            }
+            tokio::select! {
+                answer = self.mailbox.recv() => {
+                    // The sender lives until this connection disconnects.
+                    let Some(answer) = answer else { return Ok(false) };
+                    encode_response(&answer, &mut self.wbuf);
+                    self.flush().await?;
+                    return Ok(true);
+                }
+                read = self.stream.read_buf(&mut self.rbuf), if room => {
+                    if read? == 0 {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The listener, the accept loop, signals and shutdown.
+//!
+//! `-l unix:PATH` serves a unix socket (a stale socket file left by a
+//! previous run is replaced); anything else is a host or address to bind
+//! with `-p`. SIGUSR1 turns drain mode on; SIGTERM and SIGINT stop the
+//! server at once, releasing the port for the next process.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::cli::Args;
+use crate::connection;
+use crate::engine::{Clock, Config, Engine};
+use crate::shared::Shared;
+use crate::timer;
+
+/// Where the server listens.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds what `-l`/`-p` name.
+    pub async fn bind(listen: &str, port: u16) -> io::Result<Listener> {
+        match listen.strip_prefix("unix:") {
+            Some(path) => Listener::bind_unix(Path::new(path)),
+            None => Ok(Listener::Tcp(TcpListener::bind((listen, port)).await?)),
+        }
+    }
+
+    fn bind_unix(path: &Path) -> io::Result<Listener> {
+        use std::os::unix::fs::FileTypeExt;
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket", path.display()),
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Listener::Unix(UnixListener::bind(path)?, path.to_owned()))
+    }
+
+    /// The bound TCP address (None for a unix socket).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Unix(..) => None,
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: Listener,
+    shared: Arc<Shared>,
+    max_job_size: u32,
+}
+
+impl Server {
+    pub fn new(listener: Listener, args: &Args) -> Server {
+        let clock = Clock::new();
+        let config = Config {
+            max_job_size: args.effective_max_job_size(),
+            binlog_max_size: args.binlog_size,
+        };
+        let engine = Engine::new(config, clock.now());
+        Server {
+            listener,
+            shared: Arc::new(Shared::new(engine, clock)),
+            max_job_size: args.effective_max_job_size(),
+        }
+    }
+
+    /// Serves until `shutdown` completes.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+        // Registered before the first accept: SIGUSR1's default action
+        // would kill the process.
+        let usr1 = signal(SignalKind::user_defined1())?;
+        let timer = tokio::spawn(timer::run(self.shared.clone()));
+        let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
+        tokio::select! {
+            result = self.accept_loop() => result?,
+            _ = shutdown => {}
+        }
+        timer.abort();
+        drain.abort();
+        Ok(())
+    }
+
+    async fn accept_loop(&self) -> io::Result<()> {
+        loop {
+            let accepted = match &self.listener {
+                Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                    // Answers are written whole; don't let Nagle hold them.
+                    let _ = stream.set_nodelay(true);
+                    self.spawn(stream)
+                }),
+                Listener::Unix(l, _) => l.accept().await.map(|(stream, _)| self.spawn(stream)),
+            };
+            if let Err(e) = accepted {
+                // Out of descriptors or memory: wait for some to free up
+                // rather than spin.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    fn spawn<S>(&self, stream: S)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(connection::serve(stream, self.shared.clone(), self.max_job_size));
+    }
+}
+
+async fn drain_on_sigusr1(shared: Arc<Shared>, mut usr1: Signal) {
+    while usr1.recv().await.is_some() {
+        tracing::info!("SIGUSR1: entering drain mode");
+        shared.lock().engine.set_draining(true);
+    }
+}
+
+/// A future that completes on SIGTERM or SIGINT. The handlers are installed
+/// by this call, not when the future is first polled.
+pub fn termination() -> io::Result<impl Future<Output = ()>> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}

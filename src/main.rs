@@ -24,6 +24,12 @@ async fn serve(args: Args) -> ExitCode {
             sprout_protocol::MAX_JOB_SIZE_LIMIT
         );
     }
+    if let Some(dir) = &args.binlog_dir {
+        tracing::warn!(
+            "-b {}: durable storage is not built yet; jobs are kept in memory only",
+            dir.display()
+        );
+    }
     let listener = match Listener::bind(&args.listen, args.port).await {
         Ok(l) => l,
         Err(e) => return fail(&format!("cannot listen on {} port {}", args.listen, args.port), e),

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use sprout_protocol::codec::ServerCodec;
 use sprout_protocol::encode::encode_response;
-use sprout_protocol::Request;
+use sprout_protocol::{Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::Decoder;
 
@@ -94,7 +94,7 @@ where
                 Next::Continue => {}
                 Next::Close => return Ok(()),
                 Next::Parked => {
-                    if !self.park().await? {
+                    if !self.park(shared).await? {
                         return Ok(());
                     }
                 }
@@ -154,8 +154,8 @@ where
     }
 
     /// Waits for the answer to a blocked `reserve` and writes it; `false`
-    /// if the client hung up meanwhile.
-    async fn park(&mut self) -> io::Result<bool> {
+    /// if the mailbox is gone.
+    async fn park(&mut self, shared: &Shared) -> io::Result<bool> {
         loop {
             let room = self.rbuf.len() < PARKED_READ_LIMIT;
             if room {
@@ -171,10 +171,30 @@ where
                 }
                 read = self.stream.read_buf(&mut self.rbuf), if room => {
                     if read? == 0 {
-                        return Ok(false);
+                        self.end_wait_at_hangup(shared);
+                        self.flush().await?;
+                        return Ok(true);
                     }
                 }
             }
         }
+    }
+
+    /// The client half-closed while parked: as beanstalkd does, end the
+    /// wait with TIMED_OUT (unless a job reached the mailbox first). The
+    /// requests it sent before hanging up still run; the next read then
+    /// sees the end of the stream and closes.
+    fn end_wait_at_hangup(&mut self, shared: &Shared) {
+        let mut state = shared.lock();
+        // Under the lock no new answer can arrive, so this check is final.
+        let answer = match self.mailbox.try_recv() {
+            Ok(answer) => answer,
+            Err(_) => {
+                state.engine.cancel_wait(self.id);
+                Response::TimedOut
+            }
+        };
+        drop(state);
+        encode_response(&answer, &mut self.wbuf);
     }
 }

@@ -11,9 +11,32 @@
 //! (a delayed job, a TTR, a DEADLINE_SOON margin, a pause, a reserve
 //! timeout); one timer task sleeps until then and calls [`Engine::tick`].
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use sprout_protocol::{Command, Rejected, Response};
+use bytes::Bytes;
+use sprout_protocol::{
+    Command, JobId, Op, ProtocolError, Rejected, Response, TubeName, URGENT_THRESHOLD,
+};
+
+mod conn;
+mod heap;
+mod host;
+mod job;
+mod stats;
+mod table;
+#[cfg(test)]
+mod tests;
+mod timers;
+mod tube;
+
+use conn::{Conn, Wait};
+use host::Host;
+use job::{Job, State};
+use stats::Stats;
+use table::JobTable;
+use timers::{TimerKey, Timers};
+use tube::Tubes;
 
 /// Microseconds on the server's monotonic clock (see [`Clock`]).
 pub type Time = u64;
@@ -29,7 +52,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Clock {
-        Clock { epoch: std::time::Instant::now() }
+        Clock {
+            epoch: std::time::Instant::now(),
+        }
     }
 
     pub fn now(&self) -> Time {
@@ -70,58 +95,695 @@ pub enum Outcome {
 }
 
 /// The whole in-memory state of the server.
-pub struct Engine {}
+pub struct Engine {
+    config: Config,
+    host: Host,
+    started: Time,
+    /// The latest moment any call has passed in (calls may race to the lock
+    /// with slightly older clock readings; time never goes back here).
+    now: Time,
+    jobs: JobTable,
+    tubes: Tubes,
+    conns: HashMap<ConnId, Conn>,
+    timers: Timers,
+    stats: Stats,
+    wakeups: Vec<(ConnId, Response)>,
+    next_job_id: JobId,
+    next_conn: ConnId,
+    next_wait_seq: u64,
+    next_bury_seq: u64,
+    draining: bool,
+}
+
+const MICROS_PER_SECOND: Time = 1_000_000;
+
+fn micros(d: Duration) -> Time {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Whole seconds of `d`, as beanstalkd stores delays and TTRs.
+fn seconds(d: Duration) -> u32 {
+    u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
+}
 
 impl Engine {
     pub fn new(config: Config, now: Time) -> Engine {
-        let _ = (config, now);
-        todo!()
+        Engine {
+            config,
+            host: Host::read(),
+            started: now,
+            now,
+            jobs: JobTable::new(),
+            tubes: Tubes::new(),
+            conns: HashMap::new(),
+            timers: Timers::default(),
+            stats: Stats::default(),
+            wakeups: Vec::new(),
+            next_job_id: 1,
+            next_conn: 1,
+            next_wait_seq: 0,
+            next_bury_seq: 0,
+            draining: false,
+        }
     }
 
     /// A new client: it uses and watches `default`.
     pub fn connect(&mut self) -> ConnId {
-        todo!()
+        let id = self.next_conn;
+        self.next_conn += 1;
+        let conn = Conn::new();
+        let default = &mut self.tubes[conn.using];
+        default.using += 1;
+        default.watching += 1;
+        self.conns.insert(id, conn);
+        self.stats.connections += 1;
+        self.stats.total_connections += 1;
+        id
     }
 
     /// The client is gone: its reserved jobs return to ready at once, it
     /// stops waiting, its tubes lose a reference.
     pub fn disconnect(&mut self, conn: ConnId, now: Time) {
-        let _ = (conn, now);
-        todo!()
+        self.tick(now);
+        if !self.conns.contains_key(&conn) {
+            return;
+        }
+        self.stop_waiting(conn);
+        while let Some((_, slot)) = self.conns[&conn].soonest() {
+            self.unreserve(conn, slot);
+            self.make_ready(slot);
+        }
+        let mut c = self.conns.remove(&conn).expect("known connection");
+        self.timers.set(TimerKey::Conn(conn), None);
+        self.stats.connections -= 1;
+        self.stats.producers -= u32::from(c.producer);
+        self.stats.workers -= u32::from(c.worker);
+        // beanstalkd empties the watch set by always removing its first
+        // item; the order matters because it shapes the global tube list.
+        while !c.watch.is_empty() {
+            let t = c.watch.swap_remove(0);
+            self.tubes[t].watching -= 1;
+            self.drop_tube_ref(t);
+        }
+        self.tubes[c.using].using -= 1;
+        self.drop_tube_ref(c.using);
     }
 
     /// Runs one command for `conn`.
+    ///
+    /// Everything due at `now` fires first, so a job delayed until `now` is
+    /// ready for this command. A connection blocked in `reserve` should not
+    /// send commands; if it does, it silently stops waiting.
     pub fn execute(&mut self, conn: ConnId, cmd: Command, now: Time) -> Outcome {
-        let _ = (conn, cmd, now);
-        todo!()
+        self.tick(now);
+        if !self.conns.contains_key(&conn) {
+            return Outcome::Close;
+        }
+        self.stats.count(cmd.op());
+        self.stop_waiting(conn);
+        let outcome = self.dispatch(conn, cmd);
+        self.tick(now);
+        outcome
     }
 
     /// Accounts for a request the parser refused (stats counters and the
     /// producer flag move as in beanstalkd). The caller replies with the error.
+    ///
+    /// A `put` refused for a missing CRLF also uses up a job id, as in
+    /// beanstalkd (which makes the job before it reads the body).
     pub fn reject(&mut self, conn: ConnId, rejected: Rejected) {
-        let _ = (conn, rejected);
-        todo!()
+        let Some(op) = rejected.counted else { return };
+        self.stats.count(op);
+        if op == Op::Put
+            && rejected.error == ProtocolError::ExpectedCrlf
+            && self.conns.contains_key(&conn)
+        {
+            self.set_producer(conn);
+            self.next_job_id += 1;
+        }
     }
 
     /// Fires everything due at `now`.
     pub fn tick(&mut self, now: Time) {
-        let _ = now;
-        todo!()
+        self.now = self.now.max(now);
+        while let Some(key) = self.timers.pop_due(self.now) {
+            match key {
+                TimerKey::Delayed(t) => self.delay_ended(t),
+                TimerKey::Unpause(t) => {
+                    self.tubes[t].pause = 0;
+                    self.serve_waiters(t);
+                }
+                TimerKey::Conn(c) => self.conn_due(c),
+            }
+        }
     }
 
     /// The earliest moment [`Engine::tick`] has work, if any.
     pub fn next_deadline(&self) -> Option<Time> {
-        todo!()
+        self.timers.next()
     }
 
     /// Answers for blocked connections produced since the last call.
     pub fn take_wakeups(&mut self) -> std::vec::Drain<'_, (ConnId, Response)> {
-        todo!()
+        self.wakeups.drain(..)
     }
 
     /// SIGUSR1: refuse new jobs with DRAINING.
     pub fn set_draining(&mut self, on: bool) {
-        let _ = on;
-        todo!()
+        self.draining = on;
+    }
+
+    /// Ends `conn`'s blocked `reserve` without an answer; says whether it
+    /// was waiting. For a client that half-closes while waiting, which
+    /// beanstalkd answers with TIMED_OUT.
+    pub fn cancel_wait(&mut self, conn: ConnId) -> bool {
+        let waiting = self.conns.get(&conn).is_some_and(|c| c.wait.is_some());
+        self.stop_waiting(conn);
+        waiting
+    }
+
+    #[cfg(test)]
+    fn timers_len(&self) -> usize {
+        self.timers.len()
+    }
+
+    fn dispatch(&mut self, conn: ConnId, cmd: Command) -> Outcome {
+        let reply = match cmd {
+            Command::Put {
+                pri,
+                delay,
+                ttr,
+                body,
+            } => self.put(conn, pri, delay, ttr, body),
+            Command::Use(name) => {
+                let t = self.tubes.find_or_make(&name);
+                self.tubes[t].using += 1;
+                let old = std::mem::replace(&mut self.conn_mut(conn).using, t);
+                self.tubes[old].using -= 1;
+                self.drop_tube_ref(old);
+                Response::Using(name)
+            }
+            Command::Reserve => return self.reserve(conn, None),
+            Command::ReserveWithTimeout(timeout) => {
+                return self.reserve(conn, Some(micros(timeout)))
+            }
+            Command::ReserveJob(id) => self.reserve_job(conn, id),
+            Command::Delete(id) => self.delete(conn, id),
+            Command::Release { id, pri, delay } => match self.owned(conn, id) {
+                Some(slot) => {
+                    self.unreserve(conn, slot);
+                    let job = &mut self.jobs[slot];
+                    job.pri = pri;
+                    job.delay = seconds(delay);
+                    job.releases += 1;
+                    self.enqueue(slot, micros(delay));
+                    Response::Released
+                }
+                None => Response::NotFound,
+            },
+            Command::Bury { id, pri } => match self.owned(conn, id) {
+                Some(slot) => {
+                    self.unreserve(conn, slot);
+                    self.jobs[slot].pri = pri;
+                    self.make_buried(slot);
+                    Response::Buried
+                }
+                None => Response::NotFound,
+            },
+            Command::Touch(id) => match self.owned(conn, id) {
+                Some(slot) => {
+                    let deadline = self.jobs[slot].deadline;
+                    self.conn_mut(conn).reserved.remove(&(deadline, slot));
+                    self.start_ttr(conn, slot);
+                    Response::Touched
+                }
+                None => Response::NotFound,
+            },
+            Command::Watch(name) => {
+                let t = self.tubes.find_or_make(&name);
+                let c = self.conns.get_mut(&conn).expect("known connection");
+                if !c.watch.contains(&t) {
+                    c.watch.push(t);
+                    self.tubes[t].watching += 1;
+                }
+                Response::Watching(c.watch.len() as u32)
+            }
+            Command::Ignore(name) => self.ignore(conn, &name),
+            Command::Peek(id) => self.found(self.jobs.find(id)),
+            Command::PeekReady => self.found(self.tubes[self.used(conn)].ready.peek()),
+            Command::PeekDelayed => self.found(self.tubes[self.used(conn)].delayed.peek()),
+            Command::PeekBuried => self.found(
+                self.tubes[self.used(conn)]
+                    .buried
+                    .first()
+                    .map(|&(_, slot)| slot),
+            ),
+            Command::Kick(bound) => Response::KickedCount(self.kick(conn, bound)),
+            Command::KickJob(id) => match self.jobs.find(id) {
+                Some(slot) if matches!(self.jobs[slot].state(), State::Buried | State::Delayed) => {
+                    self.kick_job(slot);
+                    Response::Kicked
+                }
+                _ => Response::NotFound,
+            },
+            Command::Stats => Response::Ok(stats::server(
+                &self.stats,
+                &stats::Server {
+                    config: &self.config,
+                    host: &self.host,
+                    tubes: self.tubes.list().len(),
+                    uptime: self.now - self.started,
+                    draining: self.draining,
+                },
+            )),
+            Command::StatsJob(id) => match self.jobs.find(id) {
+                Some(slot) => {
+                    let job = &self.jobs[slot];
+                    Response::Ok(stats::job(job, &self.tubes[job.tube].name, self.now))
+                }
+                None => Response::NotFound,
+            },
+            Command::StatsTube(name) => match self.tubes.find(&name) {
+                Some(t) => Response::Ok(stats::tube(&self.tubes[t], self.now)),
+                None => Response::NotFound,
+            },
+            Command::ListTubes => Response::Ok(stats::tube_list(
+                self.tubes.list().iter().map(|&t| &self.tubes[t].name),
+            )),
+            Command::ListTubeUsed => Response::Using(self.tubes[self.used(conn)].name.clone()),
+            Command::ListTubesWatched => Response::Ok(stats::tube_list(
+                self.conns[&conn].watch.iter().map(|&t| &self.tubes[t].name),
+            )),
+            Command::PauseTube { tube, delay } => match self.tubes.find(&tube) {
+                Some(t) => {
+                    // Always a positive pause, as beanstalkd does.
+                    let pause = micros(delay).max(1);
+                    let tube = &mut self.tubes[t];
+                    tube.pause = pause;
+                    tube.unpause_at = self.now.saturating_add(pause);
+                    tube.pauses += 1;
+                    self.timers.set(TimerKey::Unpause(t), Some(tube.unpause_at));
+                    Response::Paused
+                }
+                None => Response::NotFound,
+            },
+            Command::Quit => return Outcome::Close,
+        };
+        Outcome::Reply(reply)
+    }
+
+    fn conn_mut(&mut self, conn: ConnId) -> &mut Conn {
+        self.conns.get_mut(&conn).expect("known connection")
+    }
+
+    /// The tube `conn` uses.
+    fn used(&self, conn: ConnId) -> u32 {
+        self.conns[&conn].using
+    }
+
+    fn put(
+        &mut self,
+        conn: ConnId,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+    ) -> Response {
+        self.set_producer(conn);
+        let id = self.next_job_id;
+        self.next_job_id += 1;
+        if self.draining {
+            return Response::Draining;
+        }
+        let t = self.used(conn);
+        let job = Job::new(
+            id,
+            pri,
+            seconds(ttr).max(1),
+            seconds(delay),
+            t,
+            body,
+            self.now,
+        );
+        let slot = self.jobs.insert(job);
+        self.tubes[t].total_jobs += 1;
+        self.stats.total_jobs += 1;
+        self.enqueue(slot, micros(delay));
+        Response::Inserted(id)
+    }
+
+    fn reserve(&mut self, conn: ConnId, timeout: Option<Time>) -> Outcome {
+        self.set_worker(conn);
+        let c = &self.conns[&conn];
+        let ready = c.watch.iter().any(|&t| !self.tubes[t].ready.is_empty());
+        if c.deadline_soon(self.now) && !ready {
+            return Outcome::Reply(Response::DeadlineSoon);
+        }
+        let best = c
+            .watch
+            .iter()
+            .filter(|&&t| !self.tubes[t].is_paused())
+            .filter_map(|&t| self.tubes[t].ready.peek())
+            .min_by_key(|&slot| self.jobs[slot].pri_key());
+        if let Some(slot) = best {
+            self.take_out(slot);
+            self.make_reserved(conn, slot);
+            return Outcome::Reply(self.reserved_reply(slot));
+        }
+        if timeout == Some(0) {
+            return Outcome::Reply(Response::TimedOut);
+        }
+        let seq = self.next_wait_seq;
+        self.next_wait_seq += 1;
+        let until = timeout.map(|t| self.now.saturating_add(t));
+        let c = self.conns.get_mut(&conn).expect("known connection");
+        c.wait = Some(Wait { seq, until });
+        for &t in &c.watch {
+            self.tubes[t].waiters.insert(seq, conn);
+        }
+        self.stats.waiting += 1;
+        self.arm_conn(conn);
+        Outcome::Wait
+    }
+
+    fn reserve_job(&mut self, conn: ConnId, id: JobId) -> Response {
+        match self.jobs.find(id) {
+            Some(slot) if self.jobs[slot].state() != State::Reserved => {
+                self.take_out(slot);
+                self.set_worker(conn);
+                self.make_reserved(conn, slot);
+                self.reserved_reply(slot)
+            }
+            _ => Response::NotFound,
+        }
+    }
+
+    fn delete(&mut self, conn: ConnId, id: JobId) -> Response {
+        let Some(slot) = self.jobs.find(id) else {
+            return Response::NotFound;
+        };
+        if self.jobs[slot].state() == State::Reserved {
+            if self.owned(conn, id).is_none() {
+                return Response::NotFound;
+            }
+            self.unreserve(conn, slot);
+        } else {
+            self.take_out(slot);
+        }
+        let job = self.jobs.remove(slot);
+        self.tubes[job.tube].deletes += 1;
+        self.drop_tube_ref(job.tube);
+        Response::Deleted
+    }
+
+    fn ignore(&mut self, conn: ConnId, name: &TubeName) -> Response {
+        let tube = self.tubes.find(name);
+        let c = self.conns.get_mut(&conn).expect("known connection");
+        if let Some(at) = c.watch.iter().position(|&t| Some(t) == tube) {
+            if c.watch.len() < 2 {
+                return Response::NotIgnored;
+            }
+            let t = c.watch.swap_remove(at);
+            let watching = c.watch.len() as u32;
+            self.tubes[t].watching -= 1;
+            self.drop_tube_ref(t);
+            return Response::Watching(watching);
+        }
+        Response::Watching(c.watch.len() as u32)
+    }
+
+    /// `kick <bound>` on the used tube: buried jobs if there are any (oldest
+    /// first), else delayed jobs (soonest first).
+    fn kick(&mut self, conn: ConnId, bound: u32) -> u32 {
+        let t = self.used(conn);
+        let from_buried = !self.tubes[t].buried.is_empty();
+        let mut kicked = 0;
+        while kicked < bound {
+            let tube = &self.tubes[t];
+            let next = if from_buried {
+                tube.buried.first().map(|&(_, slot)| slot)
+            } else {
+                tube.delayed.peek()
+            };
+            let Some(slot) = next else { break };
+            self.kick_job(slot);
+            kicked += 1;
+        }
+        kicked
+    }
+
+    fn kick_job(&mut self, slot: u32) {
+        self.take_out(slot);
+        self.jobs[slot].kicks += 1;
+        self.make_ready(slot);
+    }
+
+    /// The slot of job `id` if `conn` holds it reserved.
+    fn owned(&self, conn: ConnId, id: JobId) -> Option<u32> {
+        let slot = self.jobs.find(id)?;
+        let job = &self.jobs[slot];
+        let holds = job.state() == State::Reserved && self.conns[&conn].holds(job.deadline, slot);
+        holds.then_some(slot)
+    }
+
+    fn found(&self, slot: Option<u32>) -> Response {
+        match slot {
+            Some(slot) => {
+                let job = &self.jobs[slot];
+                Response::Found {
+                    id: job.id,
+                    body: job.body.clone(),
+                }
+            }
+            None => Response::NotFound,
+        }
+    }
+
+    fn reserved_reply(&self, slot: u32) -> Response {
+        let job = &self.jobs[slot];
+        Response::Reserved {
+            id: job.id,
+            body: job.body.clone(),
+        }
+    }
+
+    fn set_producer(&mut self, conn: ConnId) {
+        let c = self.conn_mut(conn);
+        if !std::mem::replace(&mut c.producer, true) {
+            self.stats.producers += 1;
+        }
+    }
+
+    fn set_worker(&mut self, conn: ConnId) {
+        let c = self.conn_mut(conn);
+        if !std::mem::replace(&mut c.worker, true) {
+            self.stats.workers += 1;
+        }
+    }
+
+    fn drop_tube_ref(&mut self, t: u32) {
+        if self.tubes.remove_if_unused(t) {
+            self.timers.set(TimerKey::Unpause(t), None);
+        }
+    }
+
+    // Job state transitions. A job leaves its state through `take_out`
+    // (ready, delayed, buried) or `unreserve`, and enters one through
+    // `enqueue`/`make_ready`, `make_delayed`, `make_buried` or
+    // `make_reserved`; these keep every queue, counter and timer in step.
+
+    /// Takes a ready, delayed or buried job out of its tube's queue.
+    fn take_out(&mut self, slot: u32) {
+        let job = &self.jobs[slot];
+        let (t, state, pri, deadline) = (job.tube, job.state(), job.pri, job.deadline);
+        let tube = &mut self.tubes[t];
+        match state {
+            State::Ready => {
+                tube.ready.remove(slot, &mut self.jobs);
+                self.stats.ready -= 1;
+                if pri < URGENT_THRESHOLD {
+                    self.stats.urgent -= 1;
+                    tube.urgent -= 1;
+                }
+            }
+            State::Delayed => {
+                tube.delayed.remove(slot, &mut self.jobs);
+                self.stats.delayed -= 1;
+                self.arm_delayed(t);
+            }
+            State::Buried => {
+                tube.buried.remove(&(deadline, slot));
+                self.stats.buried -= 1;
+            }
+            State::Reserved => unreachable!("reserved jobs leave through unreserve"),
+        }
+    }
+
+    /// Takes a job out of `conn`'s reservations.
+    fn unreserve(&mut self, conn: ConnId, slot: u32) {
+        let job = &self.jobs[slot];
+        let c = self.conns.get_mut(&conn).expect("known connection");
+        c.reserved.remove(&(job.deadline, slot));
+        self.tubes[job.tube].reserved -= 1;
+        self.stats.reserved -= 1;
+        self.arm_conn(conn);
+    }
+
+    /// Makes a job ready, or delayed for `delay` µs.
+    fn enqueue(&mut self, slot: u32, delay: Time) {
+        if delay > 0 {
+            self.make_delayed(slot, self.now.saturating_add(delay));
+        } else {
+            self.make_ready(slot);
+        }
+    }
+
+    /// Makes a job ready and hands it to a waiter if one is watching.
+    fn make_ready(&mut self, slot: u32) {
+        let job = &mut self.jobs[slot];
+        job.set_state(State::Ready);
+        let (t, urgent) = (job.tube, job.pri < URGENT_THRESHOLD);
+        let tube = &mut self.tubes[t];
+        tube.ready.push(slot, &mut self.jobs);
+        self.stats.ready += 1;
+        if urgent {
+            self.stats.urgent += 1;
+            tube.urgent += 1;
+        }
+        self.serve_waiters(t);
+    }
+
+    fn make_delayed(&mut self, slot: u32, until: Time) {
+        let job = &mut self.jobs[slot];
+        job.set_state(State::Delayed);
+        job.deadline = until;
+        let t = job.tube;
+        self.tubes[t].delayed.push(slot, &mut self.jobs);
+        self.stats.delayed += 1;
+        self.arm_delayed(t);
+    }
+
+    fn make_buried(&mut self, slot: u32) {
+        let seq = self.next_bury_seq;
+        self.next_bury_seq += 1;
+        let job = &mut self.jobs[slot];
+        job.set_state(State::Buried);
+        job.deadline = seq;
+        job.buries += 1;
+        self.tubes[job.tube].buried.insert((seq, slot));
+        self.stats.buried += 1;
+    }
+
+    fn make_reserved(&mut self, conn: ConnId, slot: u32) {
+        let job = &mut self.jobs[slot];
+        job.set_state(State::Reserved);
+        job.reserves += 1;
+        self.tubes[job.tube].reserved += 1;
+        self.stats.reserved += 1;
+        self.start_ttr(conn, slot);
+    }
+
+    /// Starts the TTR of a job `conn` holds (on reserve and on touch).
+    fn start_ttr(&mut self, conn: ConnId, slot: u32) {
+        let job = &mut self.jobs[slot];
+        job.deadline = self
+            .now
+            .saturating_add(u64::from(job.ttr) * MICROS_PER_SECOND);
+        let deadline = job.deadline;
+        self.conn_mut(conn).reserved.insert((deadline, slot));
+        self.arm_conn(conn);
+    }
+
+    // Waiting.
+
+    /// Hands tube `t`'s ready jobs to its waiters, oldest waiter first,
+    /// unless the tube is paused.
+    fn serve_waiters(&mut self, t: u32) {
+        loop {
+            let tube = &self.tubes[t];
+            if tube.is_paused() {
+                return;
+            }
+            let (Some(slot), Some((_, &conn))) =
+                (tube.ready.peek(), tube.waiters.first_key_value())
+            else {
+                return;
+            };
+            self.stop_waiting(conn);
+            self.take_out(slot);
+            self.make_reserved(conn, slot);
+            let reply = self.reserved_reply(slot);
+            self.wakeups.push((conn, reply));
+        }
+    }
+
+    fn stop_waiting(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let Some(wait) = c.wait.take() else { return };
+        for &t in &c.watch {
+            self.tubes[t].waiters.remove(&wait.seq);
+        }
+        self.stats.waiting -= 1;
+        self.arm_conn(conn);
+    }
+
+    // Timers.
+
+    fn arm_delayed(&mut self, t: u32) {
+        let at = self.tubes[t]
+            .delayed
+            .peek()
+            .map(|slot| self.jobs[slot].deadline);
+        self.timers.set(TimerKey::Delayed(t), at);
+    }
+
+    fn arm_conn(&mut self, conn: ConnId) {
+        self.timers
+            .set(TimerKey::Conn(conn), self.conns[&conn].due());
+    }
+
+    /// Tube `t`'s soonest delayed job is due.
+    fn delay_ended(&mut self, t: u32) {
+        match self.tubes[t].delayed.peek() {
+            Some(slot) if self.jobs[slot].deadline <= self.now => {
+                self.take_out(slot);
+                self.make_ready(slot);
+            }
+            _ => self.arm_delayed(t),
+        }
+    }
+
+    /// Something is due for `conn` (beanstalkd's `conn_timeout`): a waiter
+    /// whose job entered the safety margin gets DEADLINE_SOON, its soonest
+    /// job goes back to ready if its TTR has run out (whether the client
+    /// is active or not), and a waiter whose timeout passed gets TIMED_OUT.
+    fn conn_due(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        if c.wait.is_some() && c.deadline_soon(self.now) {
+            self.stop_waiting(conn);
+            self.wakeups.push((conn, Response::DeadlineSoon));
+        }
+        if let Some((deadline, slot)) = self.conns[&conn].soonest() {
+            if deadline <= self.now {
+                self.unreserve(conn, slot);
+                self.jobs[slot].timeouts += 1;
+                self.stats.timeouts += 1;
+                self.make_ready(slot);
+            }
+        }
+        let timed_out = self.conns[&conn]
+            .wait
+            .as_ref()
+            .and_then(|w| w.until)
+            .is_some_and(|until| until <= self.now);
+        if timed_out {
+            self.stop_waiting(conn);
+            self.wakeups.push((conn, Response::TimedOut));
+        }
+        self.arm_conn(conn);
     }
 }

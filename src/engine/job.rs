@@ -1,0 +1,126 @@
+//! The job record: everything the server keeps about one job besides its
+//! place in a queue.
+//!
+//! A server may hold millions of jobs, so the record is kept small (96 bytes
+//! on 64-bit targets, body handle included): durations are `u32` seconds as
+//! beanstalkd reads them, the tube is an index, and the job's state shares a
+//! word with its position in its tube's heap. One `deadline` field serves
+//! every state that needs a moment: when a delayed job becomes ready, when a
+//! reserved job's TTR runs out, and the bury order of a buried job.
+
+use bytes::Bytes;
+use sprout_protocol::JobId;
+
+use super::Time;
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum State {
+    Ready = 0,
+    Delayed = 1,
+    Reserved = 2,
+    Buried = 3,
+}
+
+impl State {
+    /// The name `stats-job` prints.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            State::Ready => "ready",
+            State::Delayed => "delayed",
+            State::Reserved => "reserved",
+            State::Buried => "buried",
+        }
+    }
+}
+
+const POS_BITS: u32 = 30;
+const POS_MASK: u32 = (1 << POS_BITS) - 1;
+
+/// The largest heap position a job can record.
+pub(super) const MAX_HEAP_POS: usize = POS_MASK as usize;
+
+pub(super) struct Job {
+    pub(super) body: Bytes,
+    pub(super) id: JobId,
+    /// When the job was put.
+    pub(super) created: Time,
+    /// Delayed: when it becomes ready. Reserved: when its TTR runs out.
+    /// Buried: its bury sequence number (buried jobs are kicked in order).
+    pub(super) deadline: Time,
+    pub(super) pri: u32,
+    /// Seconds, at least 1.
+    pub(super) ttr: u32,
+    /// Seconds of the delay given by the last `put` or `release`.
+    pub(super) delay: u32,
+    pub(super) tube: u32,
+    /// The state in the two high bits, the heap position in the others.
+    place: u32,
+    pub(super) reserves: u32,
+    pub(super) timeouts: u32,
+    pub(super) releases: u32,
+    pub(super) buries: u32,
+    pub(super) kicks: u32,
+}
+
+impl Job {
+    pub(super) fn new(
+        id: JobId,
+        pri: u32,
+        ttr: u32,
+        delay: u32,
+        tube: u32,
+        body: Bytes,
+        now: Time,
+    ) -> Job {
+        Job {
+            body,
+            id,
+            created: now,
+            deadline: 0,
+            pri,
+            ttr,
+            delay,
+            tube,
+            place: 0,
+            reserves: 0,
+            timeouts: 0,
+            releases: 0,
+            buries: 0,
+            kicks: 0,
+        }
+    }
+
+    pub(super) fn state(&self) -> State {
+        match self.place >> POS_BITS {
+            0 => State::Ready,
+            1 => State::Delayed,
+            2 => State::Reserved,
+            _ => State::Buried,
+        }
+    }
+
+    pub(super) fn set_state(&mut self, state: State) {
+        self.place = (state as u32) << POS_BITS | (self.place & POS_MASK);
+    }
+
+    /// Where the job sits in its tube's ready or delay heap.
+    pub(super) fn heap_pos(&self) -> usize {
+        (self.place & POS_MASK) as usize
+    }
+
+    pub(super) fn set_heap_pos(&mut self, pos: usize) {
+        assert!(pos <= MAX_HEAP_POS, "heap position overflow");
+        self.place = (self.place & !POS_MASK) | pos as u32;
+    }
+
+    /// The reserve order: lower priority value first, then older job.
+    pub(super) fn pri_key(&self) -> (u64, u64) {
+        (u64::from(self.pri), self.id)
+    }
+
+    /// The delay order: sooner deadline first, then older job.
+    pub(super) fn deadline_key(&self) -> (u64, u64) {
+        (self.deadline, self.id)
+    }
+}

@@ -1,0 +1,211 @@
+//! The server's counters and the exact YAML documents of `stats`,
+//! `stats-job`, `stats-tube` and the tube lists.
+//!
+//! Keys, order and number formats follow beanstalkd 1.13's `STATS_FMT`,
+//! `STATS_JOB_FMT`, `STATS_TUBE_FMT` and `do_list_tubes`, so clients that
+//! parse them (or tests that compare them) see no difference. Each document
+//! is returned without the final CRLF, which the encoder appends after an
+//! `OK <n>` body.
+
+use std::fmt::Write;
+
+use bytes::Bytes;
+use sprout_protocol::{Op, TubeName};
+
+use super::host::{self, Host};
+use super::job::{Job, State};
+use super::tube::Tube;
+use super::{Config, Time};
+
+const SECOND: Time = 1_000_000;
+
+/// Server-wide counters. Per-tube counters live in [`Tube`], per-job ones
+/// in [`Job`].
+#[derive(Default)]
+pub(super) struct Stats {
+    ops: [u64; Op::ALL.len()],
+    pub(super) urgent: u64,
+    pub(super) ready: u64,
+    pub(super) reserved: u64,
+    pub(super) delayed: u64,
+    pub(super) buried: u64,
+    pub(super) timeouts: u64,
+    pub(super) total_jobs: u64,
+    pub(super) waiting: u64,
+    pub(super) connections: u32,
+    pub(super) total_connections: u32,
+    pub(super) producers: u32,
+    pub(super) workers: u32,
+}
+
+impl Stats {
+    /// Counts one command of kind `op` (`cmd-*`).
+    pub(super) fn count(&mut self, op: Op) {
+        self.ops[op as usize] += 1;
+    }
+
+    fn op(&self, op: Op) -> u64 {
+        self.ops[op as usize]
+    }
+}
+
+/// What `stats` reports besides the counters.
+pub(super) struct Server<'a> {
+    pub(super) config: &'a Config,
+    pub(super) host: &'a Host,
+    pub(super) tubes: usize,
+    pub(super) uptime: Time,
+    pub(super) draining: bool,
+}
+
+/// The `stats` document.
+pub(super) fn server(s: &Stats, server: &Server<'_>) -> Bytes {
+    let ((user_s, user_us), (sys_s, sys_us)) = host::rusage();
+    let mut out = String::with_capacity(1024);
+    out.push_str("---\n");
+    let mut line = |key: &str, value: &dyn std::fmt::Display| {
+        let _ = writeln!(out, "{key}: {value}");
+    };
+    line("current-jobs-urgent", &s.urgent);
+    line("current-jobs-ready", &s.ready);
+    line("current-jobs-reserved", &s.reserved);
+    line("current-jobs-delayed", &s.delayed);
+    line("current-jobs-buried", &s.buried);
+    for (key, op) in [
+        ("cmd-put", Op::Put),
+        ("cmd-peek", Op::Peek),
+        ("cmd-peek-ready", Op::PeekReady),
+        ("cmd-peek-delayed", Op::PeekDelayed),
+        ("cmd-peek-buried", Op::PeekBuried),
+        ("cmd-reserve", Op::Reserve),
+        ("cmd-reserve-with-timeout", Op::ReserveWithTimeout),
+        ("cmd-delete", Op::Delete),
+        ("cmd-release", Op::Release),
+        ("cmd-use", Op::Use),
+        ("cmd-watch", Op::Watch),
+        ("cmd-ignore", Op::Ignore),
+        ("cmd-bury", Op::Bury),
+        ("cmd-kick", Op::Kick),
+        ("cmd-touch", Op::Touch),
+        ("cmd-stats", Op::Stats),
+        ("cmd-stats-job", Op::StatsJob),
+        ("cmd-stats-tube", Op::StatsTube),
+        ("cmd-list-tubes", Op::ListTubes),
+        ("cmd-list-tube-used", Op::ListTubeUsed),
+        ("cmd-list-tubes-watched", Op::ListTubesWatched),
+        ("cmd-pause-tube", Op::PauseTube),
+    ] {
+        line(key, &s.op(op));
+    }
+    line("job-timeouts", &s.timeouts);
+    line("total-jobs", &s.total_jobs);
+    line("max-job-size", &server.config.max_job_size);
+    line("current-tubes", &server.tubes);
+    line("current-connections", &s.connections);
+    line("current-producers", &s.producers);
+    line("current-workers", &s.workers);
+    line("current-waiting", &s.waiting);
+    line("total-connections", &s.total_connections);
+    line("pid", &server.host.pid);
+    line("version", &Quoted(env!("CARGO_PKG_VERSION")));
+    line("rusage-utime", &format_args!("{user_s}.{user_us:06}"));
+    line("rusage-stime", &format_args!("{sys_s}.{sys_us:06}"));
+    line("uptime", &(server.uptime / SECOND));
+    line("binlog-oldest-index", &0);
+    line("binlog-current-index", &0);
+    line("binlog-records-migrated", &0);
+    line("binlog-records-written", &0);
+    line("binlog-max-size", &server.config.binlog_max_size);
+    line("draining", &server.draining);
+    line("id", &server.host.instance);
+    line("hostname", &Quoted(&server.host.hostname));
+    line("os", &Quoted(&server.host.os));
+    line("platform", &Quoted(&server.host.platform));
+    finish(out)
+}
+
+/// The `stats-job` document.
+pub(super) fn job(job: &Job, tube: &TubeName, now: Time) -> Bytes {
+    let time_left = match job.state() {
+        State::Reserved | State::Delayed => seconds_between(now, job.deadline),
+        State::Ready | State::Buried => 0,
+    };
+    let mut out = String::with_capacity(256);
+    let _ = write!(
+        out,
+        "---\nid: {}\ntube: \"{}\"\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\n\
+         time-left: {}\nfile: 0\nreserves: {}\ntimeouts: {}\nreleases: {}\nburies: {}\nkicks: {}\n",
+        job.id,
+        tube,
+        job.state().name(),
+        job.pri,
+        seconds_between(job.created, now),
+        job.delay,
+        job.ttr,
+        time_left,
+        job.reserves,
+        job.timeouts,
+        job.releases,
+        job.buries,
+        job.kicks,
+    );
+    finish(out)
+}
+
+/// The `stats-tube` document.
+pub(super) fn tube(tube: &Tube, now: Time) -> Bytes {
+    let time_left = if tube.is_paused() {
+        seconds_between(now, tube.unpause_at)
+    } else {
+        0
+    };
+    let mut out = String::with_capacity(512);
+    let _ = write!(
+        out,
+        "---\nname: \"{}\"\ncurrent-jobs-urgent: {}\ncurrent-jobs-ready: {}\n\
+         current-jobs-reserved: {}\ncurrent-jobs-delayed: {}\ncurrent-jobs-buried: {}\n\
+         total-jobs: {}\ncurrent-using: {}\ncurrent-watching: {}\ncurrent-waiting: {}\n\
+         cmd-delete: {}\ncmd-pause-tube: {}\npause: {}\npause-time-left: {}\n",
+        tube.name,
+        tube.urgent,
+        tube.ready.len(),
+        tube.reserved,
+        tube.delayed.len(),
+        tube.buried.len(),
+        tube.total_jobs,
+        tube.using,
+        tube.watching,
+        tube.waiters.len(),
+        tube.deletes,
+        tube.pauses,
+        tube.pause / SECOND,
+        time_left,
+    );
+    finish(out)
+}
+
+/// A `list-tubes` / `list-tubes-watched` document.
+pub(super) fn tube_list<'a>(names: impl Iterator<Item = &'a TubeName>) -> Bytes {
+    let mut out = String::from("---\n");
+    for name in names {
+        let _ = writeln!(out, "- {name}");
+    }
+    finish(out)
+}
+
+/// Whole seconds from `from` to `to`, truncated toward zero as C does.
+fn seconds_between(from: Time, to: Time) -> i64 {
+    (to as i64 - from as i64) / SECOND as i64
+}
+
+struct Quoted<'a>(&'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", self.0)
+    }
+}
+
+fn finish(out: String) -> Bytes {
+    Bytes::from(out.into_bytes())
+}

@@ -1,0 +1,1410 @@
+//! The engine's unit tests: every command against explicit clock values, so
+//! timing is exact and nothing sleeps.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response as R, TubeName};
+
+use super::job::Job;
+use super::table::JobTable;
+use super::{Config, ConnId, Engine, Outcome, Time};
+
+const S: Time = 1_000_000;
+
+fn engine() -> Engine {
+    Engine::new(
+        Config {
+            max_job_size: 65_535,
+            binlog_max_size: 10_485_760,
+        },
+        0,
+    )
+}
+
+fn name(s: &str) -> TubeName {
+    TubeName::new(s.as_bytes()).unwrap()
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn put_cmd(pri: u32, delay: Duration, ttr: u64, body: &'static str) -> C {
+    C::Put {
+        pri,
+        delay,
+        ttr: secs(ttr),
+        body: Bytes::from_static(body.as_bytes()),
+    }
+}
+
+fn reply(e: &mut Engine, c: ConnId, cmd: C, now: Time) -> R {
+    match e.execute(c, cmd, now) {
+        Outcome::Reply(r) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    }
+}
+
+fn put(e: &mut Engine, c: ConnId, pri: u32, delay: Duration, ttr: u64, now: Time) -> JobId {
+    match reply(e, c, put_cmd(pri, delay, ttr, "body"), now) {
+        R::Inserted(id) => id,
+        r => panic!("expected INSERTED, got {r:?}"),
+    }
+}
+
+fn put_ready(e: &mut Engine, c: ConnId, pri: u32, now: Time) -> JobId {
+    put(e, c, pri, Duration::ZERO, 60, now)
+}
+
+fn reserved(r: R) -> JobId {
+    match r {
+        R::Reserved { id, .. } => id,
+        r => panic!("expected RESERVED, got {r:?}"),
+    }
+}
+
+fn reserve(e: &mut Engine, c: ConnId, now: Time) -> JobId {
+    reserved(reply(e, c, C::Reserve, now))
+}
+
+fn wakeups(e: &mut Engine) -> Vec<(ConnId, R)> {
+    e.take_wakeups().collect()
+}
+
+fn woken_reserved(e: &mut Engine) -> Vec<(ConnId, JobId)> {
+    wakeups(e)
+        .into_iter()
+        .map(|(c, r)| (c, reserved(r)))
+        .collect()
+}
+
+fn yaml(r: R) -> String {
+    match r {
+        R::Ok(body) => String::from_utf8(body.to_vec()).unwrap(),
+        r => panic!("expected OK, got {r:?}"),
+    }
+}
+
+fn field(doc: &str, key: &str) -> String {
+    let prefix = format!("{key}: ");
+    doc.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {key} in {doc}"))
+        .to_string()
+}
+
+fn keys(doc: &str) -> Vec<&str> {
+    doc.lines()
+        .skip(1)
+        .map(|l| l.split(':').next().unwrap())
+        .collect()
+}
+
+fn server_stat(e: &mut Engine, c: ConnId, key: &str, now: Time) -> String {
+    field(&yaml(reply(e, c, C::Stats, now)), key)
+}
+
+fn job_stat(e: &mut Engine, c: ConnId, id: JobId, key: &str, now: Time) -> String {
+    field(&yaml(reply(e, c, C::StatsJob(id), now)), key)
+}
+
+fn tube_stat(e: &mut Engine, c: ConnId, tube: &str, key: &str, now: Time) -> String {
+    field(&yaml(reply(e, c, C::StatsTube(name(tube)), now)), key)
+}
+
+fn use_tube(e: &mut Engine, c: ConnId, tube: &str) {
+    assert_eq!(reply(e, c, C::Use(name(tube)), 0), R::Using(name(tube)));
+}
+
+fn watch_only(e: &mut Engine, c: ConnId, tubes: &[&str]) {
+    for t in tubes {
+        reply(e, c, C::Watch(name(t)), 0);
+    }
+    if !tubes.contains(&"default") {
+        reply(e, c, C::Ignore(name("default")), 0);
+    }
+}
+
+fn list(e: &mut Engine, c: ConnId, cmd: C) -> String {
+    yaml(reply(e, c, cmd, 0))
+}
+
+// Basics.
+
+#[test]
+fn put_then_reserve_hands_out_the_body() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(
+        reply(&mut e, c, put_cmd(0, Duration::ZERO, 10, "hello"), 0),
+        R::Inserted(1)
+    );
+    assert_eq!(
+        reply(&mut e, c, C::Reserve, 0),
+        R::Reserved {
+            id: 1,
+            body: Bytes::from_static(b"hello")
+        }
+    );
+}
+
+#[test]
+fn reserve_order_is_priority_then_id() {
+    let mut e = engine();
+    let c = e.connect();
+    let a = put_ready(&mut e, c, 5, 0);
+    let b = put_ready(&mut e, c, 1, 0);
+    let d = put_ready(&mut e, c, 5, 0);
+    let f = put_ready(&mut e, c, 1, 0);
+    let g = put_ready(&mut e, c, u32::MAX, 0);
+    let h = put_ready(&mut e, c, 0, 0);
+    let order: Vec<_> = (0..6).map(|_| reserve(&mut e, c, 0)).collect();
+    assert_eq!(order, [h, b, f, a, d, g]);
+}
+
+#[test]
+fn ids_start_at_one_and_are_never_reused() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(put_ready(&mut e, c, 0, 0), 1);
+    assert_eq!(reply(&mut e, c, C::Delete(1), 0), R::Deleted);
+    assert_eq!(put_ready(&mut e, c, 0, 0), 2);
+}
+
+#[test]
+fn ttr_below_one_second_becomes_one() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put(&mut e, c, 0, Duration::ZERO, 0, 0);
+    assert_eq!(job_stat(&mut e, c, id, "ttr", 0), "1");
+}
+
+#[test]
+fn quit_closes() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(e.execute(c, C::Quit, 0), Outcome::Close);
+}
+
+#[test]
+fn unknown_connection_is_closed() {
+    let mut e = engine();
+    assert_eq!(e.execute(42, C::Stats, 0), Outcome::Close);
+}
+
+// delete / release / bury / touch.
+
+#[test]
+fn delete_rules() {
+    let mut e = engine();
+    let (a, b) = (e.connect(), e.connect());
+    let ready = put_ready(&mut e, a, 0, 0);
+    let delayed = put(&mut e, a, 0, secs(10), 60, 0);
+    let held = put_ready(&mut e, a, 1, 0);
+    let buried = put_ready(&mut e, a, 2, 0);
+    assert_eq!(reserve(&mut e, a, 0), ready);
+    assert_eq!(reserve(&mut e, a, 0), held);
+    assert_eq!(reserve(&mut e, a, 0), buried);
+    assert_eq!(
+        reply(&mut e, a, C::Bury { id: buried, pri: 2 }, 0),
+        R::Buried
+    );
+    assert_eq!(
+        reply(
+            &mut e,
+            a,
+            C::Release {
+                id: ready,
+                pri: 0,
+                delay: Duration::ZERO
+            },
+            0
+        ),
+        R::Released
+    );
+
+    assert_eq!(
+        reply(&mut e, b, C::Delete(held), 0),
+        R::NotFound,
+        "reserved by another"
+    );
+    assert_eq!(reply(&mut e, a, C::Delete(held), 0), R::Deleted);
+    assert_eq!(reply(&mut e, b, C::Delete(ready), 0), R::Deleted);
+    assert_eq!(reply(&mut e, b, C::Delete(delayed), 0), R::Deleted);
+    assert_eq!(reply(&mut e, b, C::Delete(buried), 0), R::Deleted);
+    assert_eq!(reply(&mut e, b, C::Delete(buried), 0), R::NotFound);
+    assert_eq!(reply(&mut e, b, C::Delete(999), 0), R::NotFound);
+    assert_eq!(tube_stat(&mut e, a, "default", "cmd-delete", 0), "4");
+    let stats = yaml(reply(&mut e, a, C::Stats, 0));
+    for key in [
+        "current-jobs-ready",
+        "current-jobs-reserved",
+        "current-jobs-delayed",
+        "current-jobs-buried",
+    ] {
+        assert_eq!(field(&stats, key), "0", "{key}");
+    }
+}
+
+#[test]
+fn release_bury_touch_need_the_owner() {
+    let mut e = engine();
+    let (a, b) = (e.connect(), e.connect());
+    let id = put_ready(&mut e, a, 0, 0);
+    assert_eq!(
+        reply(
+            &mut e,
+            a,
+            C::Release {
+                id,
+                pri: 0,
+                delay: Duration::ZERO
+            },
+            0
+        ),
+        R::NotFound,
+        "ready"
+    );
+    assert_eq!(reply(&mut e, a, C::Bury { id, pri: 0 }, 0), R::NotFound);
+    assert_eq!(reply(&mut e, a, C::Touch(id), 0), R::NotFound);
+    reserve(&mut e, a, 0);
+    assert_eq!(
+        reply(
+            &mut e,
+            b,
+            C::Release {
+                id,
+                pri: 0,
+                delay: Duration::ZERO
+            },
+            0
+        ),
+        R::NotFound
+    );
+    assert_eq!(reply(&mut e, b, C::Bury { id, pri: 0 }, 0), R::NotFound);
+    assert_eq!(reply(&mut e, b, C::Touch(id), 0), R::NotFound);
+    assert_eq!(reply(&mut e, a, C::Touch(id), 0), R::Touched);
+    assert_eq!(reply(&mut e, a, C::Touch(999), 0), R::NotFound);
+    assert_eq!(
+        reply(
+            &mut e,
+            a,
+            C::Release {
+                id,
+                pri: 7,
+                delay: Duration::ZERO
+            },
+            0
+        ),
+        R::Released
+    );
+    assert_eq!(job_stat(&mut e, a, id, "pri", 0), "7");
+    assert_eq!(job_stat(&mut e, a, id, "releases", 0), "1");
+    assert_eq!(
+        job_stat(&mut e, a, id, "reserves", 0),
+        "1",
+        "touch does not count as a reserve"
+    );
+}
+
+#[test]
+fn release_with_delay_is_ready_at_exactly_the_deadline() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put_ready(&mut e, c, 0, 0);
+    reserve(&mut e, c, 0);
+    assert_eq!(
+        reply(
+            &mut e,
+            c,
+            C::Release {
+                id,
+                pri: 3,
+                delay: secs(1)
+            },
+            5 * S
+        ),
+        R::Released
+    );
+    assert_eq!(job_stat(&mut e, c, id, "state", 5 * S), "delayed");
+    assert_eq!(job_stat(&mut e, c, id, "delay", 5 * S), "1");
+    assert_eq!(e.next_deadline(), Some(6 * S));
+    assert_eq!(
+        reply(&mut e, c, C::ReserveWithTimeout(Duration::ZERO), 6 * S - 1),
+        R::TimedOut
+    );
+    assert_eq!(reserve(&mut e, c, 6 * S), id);
+}
+
+#[test]
+fn bury_sets_priority_and_counts() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put_ready(&mut e, c, 0, 0);
+    reserve(&mut e, c, 0);
+    assert_eq!(reply(&mut e, c, C::Bury { id, pri: 9 }, 0), R::Buried);
+    let doc = yaml(reply(&mut e, c, C::StatsJob(id), 0));
+    assert_eq!(field(&doc, "state"), "buried");
+    assert_eq!(field(&doc, "pri"), "9");
+    assert_eq!(field(&doc, "buries"), "1");
+    assert_eq!(server_stat(&mut e, c, "current-jobs-buried", 0), "1");
+    assert_eq!(
+        tube_stat(&mut e, c, "default", "current-jobs-buried", 0),
+        "1"
+    );
+}
+
+#[test]
+fn touch_pushes_the_deadline_back() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put(&mut e, c, 0, Duration::ZERO, 10, 0);
+    reserve(&mut e, c, 0);
+    assert_eq!(e.next_deadline(), Some(10 * S));
+    assert_eq!(reply(&mut e, c, C::Touch(id), 4 * S), R::Touched);
+    assert_eq!(e.next_deadline(), Some(14 * S));
+    assert_eq!(job_stat(&mut e, c, id, "time-left", 4 * S), "10");
+    e.tick(10 * S);
+    assert_eq!(job_stat(&mut e, c, id, "state", 10 * S), "reserved");
+    e.tick(14 * S);
+    assert_eq!(job_stat(&mut e, c, id, "state", 14 * S), "ready");
+}
+
+// kick.
+
+#[test]
+fn kick_takes_buried_jobs_in_bury_order_first() {
+    let mut e = engine();
+    let c = e.connect();
+    let ids: Vec<_> = (0..3).map(|_| put_ready(&mut e, c, 0, 0)).collect();
+    let delayed = put(&mut e, c, 0, secs(5), 60, 0);
+    for _ in 0..3 {
+        reserve(&mut e, c, 0);
+    }
+    for &id in [ids[2], ids[0], ids[1]].iter() {
+        assert_eq!(reply(&mut e, c, C::Bury { id, pri: 0 }, 0), R::Buried);
+    }
+    assert_eq!(
+        reply(&mut e, c, C::PeekBuried, 0),
+        R::Found {
+            id: ids[2],
+            body: Bytes::from_static(b"body")
+        }
+    );
+    assert_eq!(reply(&mut e, c, C::Kick(2), 0), R::KickedCount(2));
+    assert_eq!(job_stat(&mut e, c, ids[2], "state", 0), "ready");
+    assert_eq!(job_stat(&mut e, c, ids[0], "state", 0), "ready");
+    assert_eq!(job_stat(&mut e, c, ids[0], "kicks", 0), "1");
+    assert_eq!(job_stat(&mut e, c, ids[1], "state", 0), "buried");
+    // Buried jobs remain, so the delayed one is not kicked.
+    assert_eq!(reply(&mut e, c, C::Kick(10), 0), R::KickedCount(1));
+    assert_eq!(job_stat(&mut e, c, delayed, "state", 0), "delayed");
+    assert_eq!(reply(&mut e, c, C::Kick(10), 0), R::KickedCount(1));
+    assert_eq!(job_stat(&mut e, c, delayed, "state", 0), "ready");
+    assert_eq!(reply(&mut e, c, C::Kick(10), 0), R::KickedCount(0));
+    assert_eq!(e.next_deadline(), None);
+}
+
+#[test]
+fn kick_takes_delayed_jobs_soonest_first() {
+    let mut e = engine();
+    let c = e.connect();
+    let late = put(&mut e, c, 0, secs(30), 60, 0);
+    let soon = put(&mut e, c, 0, secs(10), 60, 0);
+    let soon2 = put(&mut e, c, 0, secs(10), 60, 0);
+    assert_eq!(
+        reply(&mut e, c, C::PeekDelayed, 0),
+        R::Found {
+            id: soon,
+            body: Bytes::from_static(b"body")
+        }
+    );
+    assert_eq!(e.next_deadline(), Some(10 * S));
+    assert_eq!(reply(&mut e, c, C::Kick(2), 0), R::KickedCount(2));
+    assert_eq!(job_stat(&mut e, c, soon2, "state", 0), "ready");
+    assert_eq!(job_stat(&mut e, c, late, "state", 0), "delayed");
+    assert_eq!(e.next_deadline(), Some(30 * S));
+}
+
+#[test]
+fn kick_works_on_the_used_tube_only() {
+    let mut e = engine();
+    let c = e.connect();
+    use_tube(&mut e, c, "other");
+    let id = put(&mut e, c, 0, secs(30), 60, 0);
+    use_tube(&mut e, c, "default");
+    assert_eq!(reply(&mut e, c, C::Kick(5), 0), R::KickedCount(0));
+    assert_eq!(job_stat(&mut e, c, id, "state", 0), "delayed");
+}
+
+#[test]
+fn kick_job_moves_buried_or_delayed_jobs_only() {
+    let mut e = engine();
+    let c = e.connect();
+    let ready = put_ready(&mut e, c, 0, 0);
+    let delayed = put(&mut e, c, 0, secs(9), 60, 0);
+    let held = put_ready(&mut e, c, 1, 0);
+    use_tube(&mut e, c, "elsewhere");
+    let buried = put_ready(&mut e, c, 2, 0);
+    reply(&mut e, c, C::Watch(name("elsewhere")), 0);
+    assert_eq!(reserve(&mut e, c, 0), ready);
+    assert_eq!(reserve(&mut e, c, 0), held);
+    assert_eq!(reserve(&mut e, c, 0), buried);
+    reply(&mut e, c, C::Bury { id: buried, pri: 2 }, 0);
+    reply(
+        &mut e,
+        c,
+        C::Release {
+            id: ready,
+            pri: 0,
+            delay: Duration::ZERO,
+        },
+        0,
+    );
+    use_tube(&mut e, c, "default");
+    assert_eq!(reply(&mut e, c, C::KickJob(ready), 0), R::NotFound);
+    assert_eq!(reply(&mut e, c, C::KickJob(held), 0), R::NotFound);
+    assert_eq!(reply(&mut e, c, C::KickJob(999), 0), R::NotFound);
+    assert_eq!(reply(&mut e, c, C::KickJob(delayed), 0), R::Kicked);
+    assert_eq!(
+        reply(&mut e, c, C::KickJob(buried), 0),
+        R::Kicked,
+        "any tube"
+    );
+    assert_eq!(job_stat(&mut e, c, buried, "state", 0), "ready");
+    assert_eq!(job_stat(&mut e, c, delayed, "kicks", 0), "1");
+}
+
+// peek.
+
+#[test]
+fn peeks() {
+    let mut e = engine();
+    let c = e.connect();
+    for cmd in [C::PeekReady, C::PeekDelayed, C::PeekBuried, C::Peek(1)] {
+        assert_eq!(reply(&mut e, c, cmd, 0), R::NotFound);
+    }
+    let found = |id| R::Found {
+        id,
+        body: Bytes::from_static(b"body"),
+    };
+    let a = put_ready(&mut e, c, 9, 0);
+    let b = put_ready(&mut e, c, 3, 0);
+    let d = put(&mut e, c, 0, secs(3), 60, 0);
+    assert_eq!(reply(&mut e, c, C::PeekReady, 0), found(b));
+    assert_eq!(reply(&mut e, c, C::PeekDelayed, 0), found(d));
+    assert_eq!(reply(&mut e, c, C::Peek(a), 0), found(a));
+    reserve(&mut e, c, 0);
+    assert_eq!(
+        reply(&mut e, c, C::Peek(b), 0),
+        found(b),
+        "peek sees reserved jobs"
+    );
+    // peek-ready ignores pauses.
+    reply(
+        &mut e,
+        c,
+        C::PauseTube {
+            tube: name("default"),
+            delay: secs(100),
+        },
+        0,
+    );
+    assert_eq!(reply(&mut e, c, C::PeekReady, 0), found(a));
+    // Other tubes are invisible to peek-ready.
+    use_tube(&mut e, c, "x");
+    assert_eq!(reply(&mut e, c, C::PeekReady, 0), R::NotFound);
+    assert_eq!(
+        reply(&mut e, c, C::Peek(a), 0),
+        found(a),
+        "peek <id> sees every tube"
+    );
+}
+
+// Reserving, waiting and timeouts.
+
+#[test]
+fn reserve_with_zero_timeout_times_out_at_once() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(
+        reply(&mut e, c, C::ReserveWithTimeout(Duration::ZERO), 0),
+        R::TimedOut
+    );
+    assert_eq!(server_stat(&mut e, c, "current-waiting", 0), "0");
+    assert_eq!(server_stat(&mut e, c, "current-workers", 0), "1");
+}
+
+#[test]
+fn reserve_with_timeout_times_out_at_the_deadline() {
+    let mut e = engine();
+    let (c, o) = (e.connect(), e.connect());
+    assert_eq!(
+        e.execute(c, C::ReserveWithTimeout(Duration::from_millis(250)), S),
+        Outcome::Wait
+    );
+    assert_eq!(server_stat(&mut e, o, "current-waiting", S), "1");
+    assert_eq!(tube_stat(&mut e, o, "default", "current-waiting", S), "1");
+    assert_eq!(e.next_deadline(), Some(S + 250_000));
+    e.tick(S + 249_999);
+    assert!(wakeups(&mut e).is_empty());
+    e.tick(S + 250_000);
+    assert_eq!(wakeups(&mut e), [(c, R::TimedOut)]);
+    assert_eq!(e.next_deadline(), None);
+}
+
+#[test]
+fn a_job_arriving_at_the_timeout_moment_wins() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    put(&mut e, p, 0, secs(2), 60, 0);
+    assert_eq!(
+        e.execute(w, C::ReserveWithTimeout(secs(2)), 0),
+        Outcome::Wait
+    );
+    e.tick(2 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, 1)]);
+}
+
+#[test]
+fn plain_reserve_waits_forever() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
+    assert_eq!(e.next_deadline(), None);
+    e.tick(1_000 * S);
+    assert!(wakeups(&mut e).is_empty());
+    let id = put_ready(&mut e, p, 0, 1_000 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, id)]);
+    assert_eq!(server_stat(&mut e, p, "current-waiting", 1_000 * S), "0");
+}
+
+#[test]
+fn waiters_are_served_oldest_first_across_tubes() {
+    let mut e = engine();
+    let (a, b, c, p) = (e.connect(), e.connect(), e.connect(), e.connect());
+    watch_only(&mut e, a, &["t1"]);
+    watch_only(&mut e, b, &["t1", "t2"]);
+    watch_only(&mut e, c, &["t2"]);
+    for conn in [b, a, c] {
+        assert_eq!(e.execute(conn, C::Reserve, 0), Outcome::Wait);
+    }
+    assert_eq!(tube_stat(&mut e, p, "t1", "current-waiting", 0), "2");
+    use_tube(&mut e, p, "t2");
+    let j1 = put_ready(&mut e, p, 0, 0);
+    assert_eq!(woken_reserved(&mut e), [(b, j1)]);
+    assert_eq!(tube_stat(&mut e, p, "t1", "current-waiting", 0), "1");
+    let j2 = put_ready(&mut e, p, 0, 0);
+    assert_eq!(woken_reserved(&mut e), [(c, j2)]);
+    use_tube(&mut e, p, "t1");
+    let j3 = put_ready(&mut e, p, 0, 0);
+    assert_eq!(woken_reserved(&mut e), [(a, j3)]);
+    let j4 = put_ready(&mut e, p, 0, 0);
+    assert!(wakeups(&mut e).is_empty());
+    assert_eq!(reserve(&mut e, b, 0), j4);
+}
+
+#[test]
+fn reserve_picks_the_best_job_among_watched_tubes() {
+    let mut e = engine();
+    let c = e.connect();
+    use_tube(&mut e, c, "a");
+    put_ready(&mut e, c, 5, 0);
+    use_tube(&mut e, c, "b");
+    let best = put_ready(&mut e, c, 2, 0);
+    use_tube(&mut e, c, "c");
+    put_ready(&mut e, c, 0, 0);
+    watch_only(&mut e, c, &["a", "b"]);
+    assert_eq!(reserve(&mut e, c, 0), best);
+}
+
+#[test]
+fn every_way_a_job_becomes_ready_wakes_a_waiter() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    let wait = |e: &mut Engine, now| assert_eq!(e.execute(w, C::Reserve, now), Outcome::Wait);
+
+    // Delay expiry.
+    let id = put(&mut e, p, 0, secs(1), 60, 0);
+    wait(&mut e, 0);
+    e.tick(S);
+    assert_eq!(woken_reserved(&mut e), [(w, id)]);
+    // Release by another holder.
+    let id2 = put_ready(&mut e, p, 0, S);
+    assert_eq!(reserve(&mut e, p, S), id2);
+    wait(&mut e, S);
+    reply(
+        &mut e,
+        p,
+        C::Release {
+            id: id2,
+            pri: 0,
+            delay: Duration::ZERO,
+        },
+        S,
+    );
+    assert_eq!(woken_reserved(&mut e), [(w, id2)]);
+    // Kick.
+    let id3 = put_ready(&mut e, p, 0, S);
+    assert_eq!(reserve(&mut e, p, S), id3);
+    reply(&mut e, p, C::Bury { id: id3, pri: 0 }, S);
+    wait(&mut e, S);
+    reply(&mut e, p, C::Kick(1), S);
+    assert_eq!(woken_reserved(&mut e), [(w, id3)]);
+    // TTR expiry of another holder.
+    let id4 = put(&mut e, p, 0, Duration::ZERO, 5, S);
+    assert_eq!(reserve(&mut e, p, S), id4);
+    wait(&mut e, S);
+    e.tick(6 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, id4)]);
+    // The holder disconnecting.
+    let id5 = put_ready(&mut e, p, 0, 6 * S);
+    assert_eq!(reserve(&mut e, p, 6 * S), id5);
+    wait(&mut e, 6 * S);
+    e.disconnect(p, 6 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, id5)]);
+}
+
+#[test]
+fn timers_fire_in_deadline_order_across_tubes() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    use_tube(&mut e, p, "a");
+    put(&mut e, p, 0, secs(2), 60, 0);
+    use_tube(&mut e, p, "b");
+    let first = put(&mut e, p, 0, secs(1), 60, 0);
+    watch_only(&mut e, w, &["a", "b"]);
+    assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
+    e.tick(3 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, first)]);
+}
+
+#[test]
+fn ttr_expires_even_when_the_owner_is_silent() {
+    let mut e = engine();
+    let (c, o) = (e.connect(), e.connect());
+    let id = put(&mut e, c, 0, Duration::ZERO, 2, 0);
+    assert_eq!(reserve(&mut e, c, 0), id);
+    assert_eq!(server_stat(&mut e, o, "current-jobs-reserved", 0), "1");
+    assert_eq!(e.next_deadline(), Some(2 * S));
+    e.tick(2 * S - 1);
+    assert_eq!(job_stat(&mut e, o, id, "state", 2 * S - 1), "reserved");
+    e.tick(2 * S);
+    let doc = yaml(reply(&mut e, o, C::StatsJob(id), 2 * S));
+    assert_eq!(field(&doc, "state"), "ready");
+    assert_eq!(field(&doc, "timeouts"), "1");
+    assert_eq!(server_stat(&mut e, o, "job-timeouts", 2 * S), "1");
+    assert_eq!(server_stat(&mut e, o, "current-jobs-reserved", 2 * S), "0");
+    assert_eq!(
+        reply(&mut e, c, C::Delete(id), 2 * S),
+        R::Deleted,
+        "anyone may delete it now"
+    );
+}
+
+#[test]
+fn deadline_soon_at_once_when_nothing_is_ready() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put(&mut e, c, 0, Duration::ZERO, 3, 0);
+    reserve(&mut e, c, 0);
+    assert_eq!(
+        e.execute(c, C::ReserveWithTimeout(secs(10)), 2 * S - 1),
+        Outcome::Wait
+    );
+    assert_eq!(
+        reply(&mut e, c, C::ReserveWithTimeout(Duration::ZERO), 2 * S),
+        R::DeadlineSoon
+    );
+    assert_eq!(reply(&mut e, c, C::Reserve, 2 * S), R::DeadlineSoon);
+    // With a ready job, reserve hands it out instead.
+    let other = put_ready(&mut e, c, 0, 2 * S);
+    assert_eq!(reserve(&mut e, c, 2 * S), other);
+    assert_eq!(reply(&mut e, c, C::Touch(id), 2 * S), R::Touched);
+    assert_eq!(reply(&mut e, c, C::Touch(other), 2 * S), R::Touched);
+    assert_eq!(e.execute(c, C::Reserve, 2 * S), Outcome::Wait);
+}
+
+#[test]
+fn deadline_soon_while_waiting() {
+    let mut e = engine();
+    let c = e.connect();
+    put(&mut e, c, 0, Duration::ZERO, 3, 0);
+    reserve(&mut e, c, 0);
+    assert_eq!(e.execute(c, C::Reserve, S / 2), Outcome::Wait);
+    assert_eq!(e.next_deadline(), Some(2 * S));
+    e.tick(2 * S - 1);
+    assert!(wakeups(&mut e).is_empty());
+    e.tick(2 * S);
+    assert_eq!(wakeups(&mut e), [(c, R::DeadlineSoon)]);
+    assert_eq!(server_stat(&mut e, c, "current-waiting", 2 * S), "0");
+    assert_eq!(
+        e.next_deadline(),
+        Some(3 * S),
+        "the TTR itself is still armed"
+    );
+}
+
+#[test]
+fn deadline_soon_comes_even_when_the_only_ready_job_is_paused() {
+    // beanstalkd's conn_ready counts paused tubes, so reserve waits, and the
+    // margin, already passed, answers at once.
+    let mut e = engine();
+    let c = e.connect();
+    put(&mut e, c, 0, Duration::ZERO, 1, 0);
+    reserve(&mut e, c, 0);
+    put_ready(&mut e, c, 0, 0);
+    reply(
+        &mut e,
+        c,
+        C::PauseTube {
+            tube: name("default"),
+            delay: secs(60),
+        },
+        0,
+    );
+    assert_eq!(e.execute(c, C::Reserve, 0), Outcome::Wait);
+    assert_eq!(wakeups(&mut e), [(c, R::DeadlineSoon)]);
+}
+
+#[test]
+fn reserve_job_takes_any_unreserved_job() {
+    let mut e = engine();
+    let (a, b) = (e.connect(), e.connect());
+    use_tube(&mut e, a, "hidden");
+    let ready = put_ready(&mut e, a, 0, 0);
+    let delayed = put(&mut e, a, 0, secs(60), 60, 0);
+    let buried = put_ready(&mut e, a, 1, 0);
+    reply(
+        &mut e,
+        a,
+        C::PauseTube {
+            tube: name("hidden"),
+            delay: secs(60),
+        },
+        0,
+    );
+    assert_eq!(reserved(reply(&mut e, b, C::ReserveJob(buried), 0)), buried);
+    reply(&mut e, b, C::Bury { id: buried, pri: 1 }, 0);
+    for id in [ready, delayed, buried] {
+        assert_eq!(reserved(reply(&mut e, b, C::ReserveJob(id), 0)), id);
+        assert_eq!(
+            reply(&mut e, a, C::ReserveJob(id), 0),
+            R::NotFound,
+            "already reserved"
+        );
+    }
+    assert_eq!(reply(&mut e, b, C::ReserveJob(999), 0), R::NotFound);
+    let stats = yaml(reply(&mut e, b, C::Stats, 0));
+    assert_eq!(field(&stats, "current-jobs-reserved"), "3");
+    assert_eq!(field(&stats, "current-jobs-delayed"), "0");
+    assert_eq!(field(&stats, "current-workers"), "1");
+    assert_eq!(e.next_deadline(), Some(60 * S), "the pause and the TTRs");
+}
+
+// Pause.
+
+#[test]
+fn paused_tube_hands_jobs_to_waiters_when_it_resumes() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    assert_eq!(
+        reply(
+            &mut e,
+            p,
+            C::PauseTube {
+                tube: name("default"),
+                delay: secs(5)
+            },
+            0
+        ),
+        R::Paused
+    );
+    let id = put_ready(&mut e, p, 0, 0);
+    assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
+    assert!(wakeups(&mut e).is_empty());
+    let doc = yaml(reply(&mut e, p, C::StatsTube(name("default")), 2 * S + 1));
+    assert_eq!(field(&doc, "pause"), "5");
+    assert_eq!(field(&doc, "pause-time-left"), "2");
+    assert_eq!(field(&doc, "cmd-pause-tube"), "1");
+    assert_eq!(e.next_deadline(), Some(5 * S));
+    e.tick(5 * S);
+    assert_eq!(woken_reserved(&mut e), [(w, id)]);
+    let doc = yaml(reply(&mut e, p, C::StatsTube(name("default")), 5 * S));
+    assert_eq!(field(&doc, "pause"), "0");
+    assert_eq!(field(&doc, "pause-time-left"), "0");
+}
+
+#[test]
+fn pause_zero_is_the_shortest_pause_and_missing_tubes_are_not_found() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(
+        reply(
+            &mut e,
+            c,
+            C::PauseTube {
+                tube: name("nope"),
+                delay: secs(1)
+            },
+            0
+        ),
+        R::NotFound
+    );
+    assert_eq!(server_stat(&mut e, c, "cmd-pause-tube", 0), "1");
+    assert_eq!(
+        reply(
+            &mut e,
+            c,
+            C::PauseTube {
+                tube: name("default"),
+                delay: Duration::ZERO
+            },
+            10
+        ),
+        R::Paused
+    );
+    assert_eq!(e.next_deadline(), Some(11));
+    put_ready(&mut e, c, 0, 10);
+    assert_eq!(
+        reply(&mut e, c, C::ReserveWithTimeout(Duration::ZERO), 10),
+        R::TimedOut
+    );
+    assert_eq!(reserve(&mut e, c, 11), 1);
+}
+
+// Tubes.
+
+#[test]
+fn use_watch_ignore_answers() {
+    let mut e = engine();
+    let c = e.connect();
+    assert_eq!(
+        reply(&mut e, c, C::ListTubeUsed, 0),
+        R::Using(name("default"))
+    );
+    assert_eq!(reply(&mut e, c, C::Use(name("x")), 0), R::Using(name("x")));
+    assert_eq!(reply(&mut e, c, C::ListTubeUsed, 0), R::Using(name("x")));
+    assert_eq!(reply(&mut e, c, C::Watch(name("a")), 0), R::Watching(2));
+    assert_eq!(reply(&mut e, c, C::Watch(name("a")), 0), R::Watching(2));
+    assert_eq!(reply(&mut e, c, C::Ignore(name("zzz")), 0), R::Watching(2));
+    assert_eq!(
+        reply(&mut e, c, C::Ignore(name("x")), 0),
+        R::Watching(2),
+        "used, not watched"
+    );
+    assert_eq!(
+        reply(&mut e, c, C::Ignore(name("default")), 0),
+        R::Watching(1)
+    );
+    assert_eq!(reply(&mut e, c, C::Ignore(name("a")), 0), R::NotIgnored);
+    assert_eq!(list(&mut e, c, C::ListTubesWatched), "---\n- a\n");
+    assert_eq!(tube_stat(&mut e, c, "a", "current-watching", 0), "1");
+    assert_eq!(tube_stat(&mut e, c, "x", "current-using", 0), "1");
+}
+
+#[test]
+fn tubes_live_while_referenced() {
+    let mut e = engine();
+    let (c, o) = (e.connect(), e.connect());
+    assert_eq!(list(&mut e, c, C::ListTubes), "---\n- default\n");
+    for t in ["a", "b", "c"] {
+        reply(&mut e, c, C::Watch(name(t)), 0);
+    }
+    assert_eq!(
+        list(&mut e, c, C::ListTubes),
+        "---\n- default\n- a\n- b\n- c\n"
+    );
+    assert_eq!(
+        list(&mut e, c, C::ListTubesWatched),
+        "---\n- default\n- a\n- b\n- c\n"
+    );
+    // Removal swaps the last tube into the hole, in both lists.
+    reply(&mut e, c, C::Ignore(name("a")), 0);
+    assert_eq!(
+        list(&mut e, c, C::ListTubesWatched),
+        "---\n- default\n- c\n- b\n"
+    );
+    assert_eq!(list(&mut e, c, C::ListTubes), "---\n- default\n- c\n- b\n");
+    assert_eq!(reply(&mut e, c, C::StatsTube(name("a")), 0), R::NotFound);
+    // A job keeps its tube alive.
+    use_tube(&mut e, o, "j");
+    let id = put_ready(&mut e, o, 0, 0);
+    use_tube(&mut e, o, "default");
+    assert_eq!(tube_stat(&mut e, c, "j", "current-jobs-ready", 0), "1");
+    reply(&mut e, o, C::Delete(id), 0);
+    assert_eq!(reply(&mut e, c, C::StatsTube(name("j")), 0), R::NotFound);
+    // Re-using the same tube keeps it.
+    use_tube(&mut e, o, "u");
+    use_tube(&mut e, o, "u");
+    assert_eq!(tube_stat(&mut e, c, "u", "current-using", 0), "1");
+    // The default tube is never removed.
+    watch_only(&mut e, o, &["b"]);
+    use_tube(&mut e, o, "b");
+    e.disconnect(c, 0);
+    assert_eq!(list(&mut e, o, C::ListTubes), "---\n- default\n- b\n");
+    assert_eq!(server_stat(&mut e, o, "current-tubes", 0), "2");
+    assert_eq!(tube_stat(&mut e, o, "default", "current-watching", 0), "0");
+}
+
+#[test]
+fn disconnect_drops_watches_in_beanstalkd_order() {
+    let mut e = engine();
+    let (c, o) = (e.connect(), e.connect());
+    for t in ["a", "b", "c", "d"] {
+        reply(&mut e, o, C::Watch(name(t)), 0);
+    }
+    for t in ["b", "d"] {
+        reply(&mut e, c, C::Watch(name(t)), 0);
+    }
+    // o watches [default, a, b, c, d]; clearing it removes items[0] each
+    // time: default, d, c, b, a. Unshared ones (a, c) leave the global list
+    // [default, a, b, c, d] in that order: c first (d fills its hole),
+    // then a (d moves again).
+    e.disconnect(o, 0);
+    assert_eq!(list(&mut e, c, C::ListTubes), "---\n- default\n- d\n- b\n");
+}
+
+#[test]
+fn paused_tube_forgets_its_pause_when_removed() {
+    let mut e = engine();
+    let c = e.connect();
+    use_tube(&mut e, c, "p");
+    reply(
+        &mut e,
+        c,
+        C::PauseTube {
+            tube: name("p"),
+            delay: secs(5),
+        },
+        0,
+    );
+    assert_eq!(e.next_deadline(), Some(5 * S));
+    use_tube(&mut e, c, "default");
+    assert_eq!(e.next_deadline(), None);
+    use_tube(&mut e, c, "p");
+    assert_eq!(tube_stat(&mut e, c, "p", "pause", 0), "0");
+}
+
+// Connections.
+
+#[test]
+fn disconnect_releases_reserved_jobs_without_counting_timeouts() {
+    let mut e = engine();
+    let (a, b) = (e.connect(), e.connect());
+    let first = put_ready(&mut e, a, 0, 0);
+    put_ready(&mut e, a, 0, 0);
+    reserve(&mut e, a, 0);
+    reserve(&mut e, a, 0);
+    assert_eq!(e.execute(b, C::Reserve, 0), Outcome::Wait);
+    e.disconnect(a, S);
+    assert_eq!(woken_reserved(&mut e), [(b, first)]);
+    let stats = yaml(reply(&mut e, b, C::Stats, S));
+    assert_eq!(field(&stats, "current-jobs-ready"), "1");
+    assert_eq!(field(&stats, "current-jobs-reserved"), "1");
+    assert_eq!(field(&stats, "job-timeouts"), "0");
+    assert_eq!(field(&stats, "current-connections"), "1");
+    assert_eq!(field(&stats, "total-connections"), "2");
+    assert_eq!(field(&stats, "current-producers"), "0");
+    assert_eq!(field(&stats, "current-workers"), "1");
+    assert_eq!(job_stat(&mut e, b, first, "timeouts", S), "0");
+    e.disconnect(b, S);
+    assert_eq!(e.next_deadline(), None);
+}
+
+#[test]
+fn disconnect_of_a_waiter_removes_it() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    assert_eq!(
+        e.execute(w, C::ReserveWithTimeout(secs(5)), 0),
+        Outcome::Wait
+    );
+    e.disconnect(w, 0);
+    assert_eq!(e.next_deadline(), None);
+    put_ready(&mut e, p, 0, 0);
+    assert!(wakeups(&mut e).is_empty());
+    assert_eq!(tube_stat(&mut e, p, "default", "current-waiting", 0), "0");
+    assert_eq!(server_stat(&mut e, p, "current-waiting", 0), "0");
+}
+
+#[test]
+fn cancel_wait_stops_waiting() {
+    let mut e = engine();
+    let (w, p) = (e.connect(), e.connect());
+    assert!(!e.cancel_wait(w));
+    assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
+    assert!(e.cancel_wait(w));
+    put_ready(&mut e, p, 0, 0);
+    assert!(wakeups(&mut e).is_empty());
+}
+
+#[test]
+fn producers_and_workers() {
+    let mut e = engine();
+    let (a, b, c) = (e.connect(), e.connect(), e.connect());
+    put_ready(&mut e, a, 0, 0);
+    put_ready(&mut e, a, 0, 0);
+    reserve(&mut e, b, 0);
+    reply(&mut e, c, C::ReserveJob(999), 0);
+    let stats = yaml(reply(&mut e, c, C::Stats, 0));
+    assert_eq!(field(&stats, "current-producers"), "1");
+    assert_eq!(
+        field(&stats, "current-workers"),
+        "1",
+        "a failed reserve-job does not make a worker"
+    );
+    reply(&mut e, c, C::ReserveJob(2), 0);
+    assert_eq!(server_stat(&mut e, c, "current-workers", 0), "2");
+}
+
+// Drain mode and rejected requests.
+
+#[test]
+fn drain_mode_refuses_puts_but_uses_up_ids() {
+    let mut e = engine();
+    let c = e.connect();
+    e.set_draining(true);
+    assert_eq!(
+        reply(&mut e, c, put_cmd(0, Duration::ZERO, 1, "x"), 0),
+        R::Draining
+    );
+    let stats = yaml(reply(&mut e, c, C::Stats, 0));
+    assert_eq!(field(&stats, "draining"), "true");
+    assert_eq!(field(&stats, "cmd-put"), "1");
+    assert_eq!(field(&stats, "total-jobs"), "0");
+    assert_eq!(field(&stats, "current-producers"), "1");
+    e.set_draining(false);
+    assert_eq!(put_ready(&mut e, c, 0, 0), 2);
+}
+
+#[test]
+fn rejects_move_counters_like_beanstalkd() {
+    let mut e = engine();
+    let (a, b) = (e.connect(), e.connect());
+    e.reject(
+        a,
+        Rejected {
+            error: ProtocolError::JobTooBig,
+            counted: Some(Op::Put),
+        },
+    );
+    e.reject(
+        a,
+        Rejected {
+            error: ProtocolError::BadFormat,
+            counted: Some(Op::PauseTube),
+        },
+    );
+    e.reject(
+        a,
+        Rejected {
+            error: ProtocolError::BadFormat,
+            counted: None,
+        },
+    );
+    e.reject(
+        a,
+        Rejected {
+            error: ProtocolError::UnknownCommand,
+            counted: None,
+        },
+    );
+    let stats = yaml(reply(&mut e, b, C::Stats, 0));
+    assert_eq!(field(&stats, "cmd-put"), "1");
+    assert_eq!(field(&stats, "cmd-pause-tube"), "1");
+    assert_eq!(field(&stats, "current-producers"), "0");
+    e.reject(
+        a,
+        Rejected {
+            error: ProtocolError::ExpectedCrlf,
+            counted: Some(Op::Put),
+        },
+    );
+    assert_eq!(server_stat(&mut e, b, "cmd-put", 0), "2");
+    assert_eq!(server_stat(&mut e, b, "current-producers", 0), "1");
+    assert_eq!(
+        put_ready(&mut e, b, 0, 0),
+        2,
+        "the refused body used up id 1"
+    );
+}
+
+// Stats documents.
+
+const STATS_KEYS: &[&str] = &[
+    "current-jobs-urgent",
+    "current-jobs-ready",
+    "current-jobs-reserved",
+    "current-jobs-delayed",
+    "current-jobs-buried",
+    "cmd-put",
+    "cmd-peek",
+    "cmd-peek-ready",
+    "cmd-peek-delayed",
+    "cmd-peek-buried",
+    "cmd-reserve",
+    "cmd-reserve-with-timeout",
+    "cmd-delete",
+    "cmd-release",
+    "cmd-use",
+    "cmd-watch",
+    "cmd-ignore",
+    "cmd-bury",
+    "cmd-kick",
+    "cmd-touch",
+    "cmd-stats",
+    "cmd-stats-job",
+    "cmd-stats-tube",
+    "cmd-list-tubes",
+    "cmd-list-tube-used",
+    "cmd-list-tubes-watched",
+    "cmd-pause-tube",
+    "job-timeouts",
+    "total-jobs",
+    "max-job-size",
+    "current-tubes",
+    "current-connections",
+    "current-producers",
+    "current-workers",
+    "current-waiting",
+    "total-connections",
+    "pid",
+    "version",
+    "rusage-utime",
+    "rusage-stime",
+    "uptime",
+    "binlog-oldest-index",
+    "binlog-current-index",
+    "binlog-records-migrated",
+    "binlog-records-written",
+    "binlog-max-size",
+    "draining",
+    "id",
+    "hostname",
+    "os",
+    "platform",
+];
+
+#[test]
+fn stats_document() {
+    let mut e = Engine::new(
+        Config {
+            max_job_size: 1234,
+            binlog_max_size: 5678,
+        },
+        7 * S,
+    );
+    let c = e.connect();
+    put_ready(&mut e, c, 1, 7 * S);
+    put_ready(&mut e, c, 2000, 7 * S);
+    put(&mut e, c, 0, secs(1), 60, 7 * S);
+    reply(&mut e, c, C::PeekReady, 7 * S);
+    let doc = yaml(reply(&mut e, c, C::Stats, 10 * S + 999_999));
+    assert!(doc.starts_with("---\n") && doc.ends_with('\n') && !doc.ends_with("\r\n"));
+    assert_eq!(keys(&doc), STATS_KEYS);
+    let expect = [
+        ("current-jobs-urgent", "2"),
+        ("current-jobs-ready", "3"),
+        ("current-jobs-delayed", "0"),
+        ("cmd-put", "3"),
+        ("cmd-peek-ready", "1"),
+        ("cmd-stats", "1"),
+        ("total-jobs", "3"),
+        ("max-job-size", "1234"),
+        ("binlog-max-size", "5678"),
+        ("binlog-records-written", "0"),
+        ("current-tubes", "1"),
+        ("uptime", "3"),
+        ("draining", "false"),
+    ];
+    for (key, value) in expect {
+        assert_eq!(field(&doc, key), value, "{key}");
+    }
+    assert_eq!(field(&doc, "pid"), std::process::id().to_string());
+    assert_eq!(
+        field(&doc, "version"),
+        format!("\"{}\"", env!("CARGO_PKG_VERSION"))
+    );
+    let id = field(&doc, "id");
+    assert!(
+        id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    for key in ["rusage-utime", "rusage-stime"] {
+        let v = field(&doc, key);
+        let (s, us) = v.split_once('.').unwrap();
+        assert!(s.parse::<u64>().is_ok() && us.len() == 6, "{key}: {v}");
+    }
+    for key in ["hostname", "os", "platform"] {
+        let v = field(&doc, key);
+        assert!(v.starts_with('"') && v.ends_with('"'), "{key}: {v}");
+    }
+}
+
+#[test]
+fn stats_job_document() {
+    let mut e = engine();
+    let c = e.connect();
+    use_tube(&mut e, c, "jobs");
+    let id = put(&mut e, c, 42, Duration::from_millis(2500), 30, S);
+    let doc = yaml(reply(&mut e, c, C::StatsJob(id), 2 * S + 400_000));
+    assert_eq!(
+        doc,
+        "---\nid: 1\ntube: \"jobs\"\nstate: delayed\npri: 42\nage: 1\ndelay: 2\nttr: 30\ntime-left: 1\n\
+         file: 0\nreserves: 0\ntimeouts: 0\nreleases: 0\nburies: 0\nkicks: 0\n"
+    );
+    reply(&mut e, c, C::Watch(name("jobs")), 4 * S);
+    reserve(&mut e, c, 4 * S);
+    let doc = yaml(reply(&mut e, c, C::StatsJob(id), 4 * S + 1));
+    assert_eq!(field(&doc, "state"), "reserved");
+    assert_eq!(field(&doc, "time-left"), "29");
+    assert_eq!(field(&doc, "reserves"), "1");
+    assert_eq!(reply(&mut e, c, C::StatsJob(99), 0), R::NotFound);
+}
+
+#[test]
+fn stats_tube_document() {
+    let mut e = engine();
+    let (c, w) = (e.connect(), e.connect());
+    use_tube(&mut e, c, "t");
+    put_ready(&mut e, c, 0, 0);
+    put_ready(&mut e, c, 1024, 0);
+    put(&mut e, c, 0, secs(5), 60, 0);
+    watch_only(&mut e, w, &["t"]);
+    reserve(&mut e, w, 0);
+    let doc = yaml(reply(&mut e, c, C::StatsTube(name("t")), 0));
+    assert_eq!(
+        doc,
+        "---\nname: \"t\"\ncurrent-jobs-urgent: 0\ncurrent-jobs-ready: 1\ncurrent-jobs-reserved: 1\n\
+         current-jobs-delayed: 1\ncurrent-jobs-buried: 0\ntotal-jobs: 3\ncurrent-using: 1\n\
+         current-watching: 1\ncurrent-waiting: 0\ncmd-delete: 0\ncmd-pause-tube: 0\npause: 0\n\
+         pause-time-left: 0\n"
+    );
+    assert_eq!(reply(&mut e, c, C::StatsTube(name("none")), 0), R::NotFound);
+}
+
+#[test]
+fn every_command_counts_once() {
+    let mut e = engine();
+    let c = e.connect();
+    let cmds = [
+        (C::PeekReady, "cmd-peek-ready"),
+        (C::PeekDelayed, "cmd-peek-delayed"),
+        (C::PeekBuried, "cmd-peek-buried"),
+        (C::Peek(1), "cmd-peek"),
+        (C::Delete(1), "cmd-delete"),
+        (
+            C::Release {
+                id: 1,
+                pri: 0,
+                delay: Duration::ZERO,
+            },
+            "cmd-release",
+        ),
+        (C::Bury { id: 1, pri: 0 }, "cmd-bury"),
+        (C::Touch(1), "cmd-touch"),
+        (C::Kick(1), "cmd-kick"),
+        (C::StatsJob(1), "cmd-stats-job"),
+        (C::StatsTube(name("default")), "cmd-stats-tube"),
+        (C::ListTubes, "cmd-list-tubes"),
+        (C::ListTubeUsed, "cmd-list-tube-used"),
+        (C::ListTubesWatched, "cmd-list-tubes-watched"),
+        (C::Use(name("default")), "cmd-use"),
+        (C::Watch(name("default")), "cmd-watch"),
+        (C::Ignore(name("default")), "cmd-ignore"),
+        (
+            C::ReserveWithTimeout(Duration::ZERO),
+            "cmd-reserve-with-timeout",
+        ),
+    ];
+    for (cmd, key) in cmds {
+        e.execute(c, cmd, 0);
+        assert_eq!(server_stat(&mut e, c, key, 0), "1", "{key}");
+    }
+    assert_eq!(server_stat(&mut e, c, "cmd-stats", 0), "19");
+}
+
+// Internals.
+
+#[test]
+fn job_record_is_compact() {
+    assert!(
+        std::mem::size_of::<Option<Job>>() <= 96,
+        "{}",
+        std::mem::size_of::<Job>()
+    );
+}
+
+#[test]
+fn job_table_matches_a_hash_map() {
+    let mut table = JobTable::new();
+    let mut model: HashMap<JobId, u32> = HashMap::new();
+    let mut live: Vec<JobId> = Vec::new();
+    let mut next_id = 1;
+    let mut rng = 12345u64;
+    for _ in 0..50_000 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if rng >> 62 != 0 || live.is_empty() {
+            let slot = table.insert(Job::new(next_id, 0, 1, 0, 0, Bytes::new(), 0));
+            model.insert(next_id, slot);
+            live.push(next_id);
+            next_id += 1;
+        } else {
+            let id = live.swap_remove((rng >> 20) as usize % live.len());
+            let slot = model.remove(&id).unwrap();
+            assert_eq!(table.remove(slot).id, id);
+        }
+    }
+    for id in 1..next_id {
+        assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
+    }
+}
+
+#[test]
+fn delayed_jobs_cost_one_timer_entry_per_tube() {
+    let mut e = engine();
+    let c = e.connect();
+    for i in 0..10_000u64 {
+        put(&mut e, c, 0, Duration::from_micros(10_000_000 - i), 60, 0);
+    }
+    assert_eq!(e.next_deadline(), Some(10_000_000 - 9_999));
+    // Stale entries from every new minimum were compacted away.
+    assert!(e.timers_len() < 100, "{}", e.timers_len());
+    e.tick(10 * S);
+    assert_eq!(
+        server_stat(&mut e, c, "current-jobs-ready", 10 * S),
+        "10000"
+    );
+    assert_eq!(e.next_deadline(), None);
+}
+
+#[test]
+fn commands_see_timers_due_at_their_moment() {
+    let mut e = engine();
+    let c = e.connect();
+    let id = put(&mut e, c, 0, secs(1), 60, 0);
+    assert_eq!(reply(&mut e, c, C::PeekReady, S - 1), R::NotFound);
+    assert_eq!(
+        reply(&mut e, c, C::PeekReady, S),
+        R::Found {
+            id,
+            body: Bytes::from_static(b"body")
+        }
+    );
+}
+
+#[test]
+fn time_never_goes_back() {
+    let mut e = engine();
+    let c = e.connect();
+    put(&mut e, c, 0, secs(1), 60, 0);
+    e.tick(2 * S);
+    // A call carrying an older clock reading still sees the job ready.
+    assert_eq!(reserve(&mut e, c, S / 2), 1);
+    assert_eq!(job_stat(&mut e, c, 1, "time-left", 0), "60");
+}

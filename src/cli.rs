@@ -22,11 +22,21 @@ pub const DEFAULT_BINLOG_SIZE: u64 = 10 << 20;
 )]
 pub struct Args {
     /// Listen on ADDR (an address or host name, or unix:PATH for a unix socket).
-    #[arg(short = 'l', long = "listen", value_name = "ADDR", default_value = "127.0.0.1")]
+    #[arg(
+        short = 'l',
+        long = "listen",
+        value_name = "ADDR",
+        default_value = "127.0.0.1"
+    )]
     pub listen: String,
 
     /// Listen on PORT.
-    #[arg(short = 'p', long = "port", value_name = "PORT", default_value_t = 11300)]
+    #[arg(
+        short = 'p',
+        long = "port",
+        value_name = "PORT",
+        default_value_t = 11300
+    )]
     pub port: u16,
 
     /// Largest job body accepted, in bytes (at most 1 GiB; larger values are lowered to it).
@@ -39,7 +49,12 @@ pub struct Args {
 
     /// Make records durable at most MS milliseconds after they are acknowledged;
     /// 0 means no reply is sent before its record is durable.
-    #[arg(short = 'f', long = "fsync-ms", value_name = "MS", default_value_t = 50)]
+    #[arg(
+        short = 'f',
+        long = "fsync-ms",
+        value_name = "MS",
+        default_value_t = 50
+    )]
     pub fsync_ms: u64,
 
     /// Never force records to disk.

@@ -101,7 +101,9 @@ fn tube(name: &str) -> Result<TubeName> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     pub fn new(stream: S) -> Self {
-        Client { framed: Framed::new(stream, ClientCodec::new()) }
+        Client {
+            framed: Framed::new(stream, ClientCodec::new()),
+        }
     }
 
     /// Queues a command without waiting for its answer (see [`Client::flush`]).
@@ -128,9 +130,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         self.recv().await
     }
 
-    pub async fn put(&mut self, pri: u32, delay: Duration, ttr: Duration, body: impl Into<Bytes>) -> Result<Put> {
+    pub async fn put(
+        &mut self,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: impl Into<Bytes>,
+    ) -> Result<Put> {
         let body = body.into();
-        match self.request(&Command::Put { pri, delay, ttr, body }).await? {
+        match self
+            .request(&Command::Put {
+                pri,
+                delay,
+                ttr,
+                body,
+            })
+            .await?
+        {
             Response::Inserted(id) => Ok(Put::Inserted(id)),
             Response::BuriedId(id) => Ok(Put::Buried(id)),
             other => Err(Error::Reply(other)),
@@ -179,11 +195,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     }
 
     pub async fn release(&mut self, id: JobId, pri: u32, delay: Duration) -> Result<()> {
-        self.expect(&Command::Release { id, pri, delay }, Response::Released).await
+        self.expect(&Command::Release { id, pri, delay }, Response::Released)
+            .await
     }
 
     pub async fn bury(&mut self, id: JobId, pri: u32) -> Result<()> {
-        self.expect(&Command::Bury { id, pri }, Response::Buried).await
+        self.expect(&Command::Bury { id, pri }, Response::Buried)
+            .await
     }
 
     pub async fn touch(&mut self, id: JobId) -> Result<()> {
@@ -203,7 +221,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     }
 
     pub async fn pause_tube(&mut self, name: &str, delay: Duration) -> Result<()> {
-        let command = Command::PauseTube { tube: tube(name)?, delay };
+        let command = Command::PauseTube {
+            tube: tube(name)?,
+            delay,
+        };
         self.expect(&command, Response::Paused).await
     }
 
@@ -255,5 +276,8 @@ pub fn parse_yaml_map(yaml: &str) -> BTreeMap<String, String> {
 
 /// Reads the `- item` YAML list of the `list-*` commands.
 pub fn parse_yaml_list(yaml: &str) -> Vec<String> {
-    yaml.lines().filter_map(|line| line.strip_prefix("- ")).map(str::to_owned).collect()
+    yaml.lines()
+        .filter_map(|line| line.strip_prefix("- "))
+        .map(str::to_owned)
+        .collect()
 }

@@ -10,7 +10,10 @@ use tracing_subscriber::EnvFilter;
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(args.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => return fail("cannot start the runtime", e),
     };
@@ -32,7 +35,12 @@ async fn serve(args: Args) -> ExitCode {
     }
     let listener = match Listener::bind(&args.listen, args.port).await {
         Ok(l) => l,
-        Err(e) => return fail(&format!("cannot listen on {} port {}", args.listen, args.port), e),
+        Err(e) => {
+            return fail(
+                &format!("cannot listen on {} port {}", args.listen, args.port),
+                e,
+            )
+        }
     };
     if let Some(user) = &args.user {
         if let Err(e) = sprout::user::become_user(user) {
@@ -43,7 +51,12 @@ async fn serve(args: Args) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail("cannot handle signals", e),
     };
-    tracing::info!(pid = std::process::id(), "listening on {} port {}", args.listen, args.port);
+    tracing::info!(
+        pid = std::process::id(),
+        "listening on {} port {}",
+        args.listen,
+        args.port
+    );
     match Server::new(listener, &args).run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("server failed", e),
@@ -57,7 +70,10 @@ fn init_logging(verbose: u8) {
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn fail(what: &str, error: std::io::Error) -> ExitCode {

@@ -130,7 +130,11 @@ impl Server {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        tokio::spawn(connection::serve(stream, self.shared.clone(), self.max_job_size));
+        tokio::spawn(connection::serve(
+            stream,
+            self.shared.clone(),
+            self.max_job_size,
+        ));
     }
 }
 

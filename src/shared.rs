@@ -36,7 +36,10 @@ pub struct State {
 impl Shared {
     pub fn new(engine: Engine, clock: Clock) -> Shared {
         Shared {
-            state: Mutex::new(State { engine, mailboxes: HashMap::new() }),
+            state: Mutex::new(State {
+                engine,
+                mailboxes: HashMap::new(),
+            }),
             clock,
             alarm: Notify::new(),
             alarm_at: AtomicU64::new(Time::MAX),
@@ -47,7 +50,10 @@ impl Shared {
         // A panic while holding the lock is a bug already reported; the
         // engine's state is still the best there is, so keep serving.
         let guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Locked { guard, shared: self }
+        Locked {
+            guard,
+            shared: self,
+        }
     }
 
     /// Registers a new client with the engine and gives it a mailbox.

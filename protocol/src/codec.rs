@@ -1,1 +1,256 @@
-//! TODO
+//! `tokio-util` codecs for the two ends of a connection.
+//!
+//! [`ServerCodec`] turns the bytes a client sends into [`Request`]s and writes
+//! [`Response`]s; [`ClientCodec`] does the reverse. Decoding is built for a
+//! server that calls `decode` in a loop until it returns `Ok(None)`: each call
+//! yields at most one message and looks at each byte about once, a body is
+//! split off the read buffer without copying, and the state that outlives a call (an over-long line being
+//! discarded, a too-big body being skipped, a body being waited for) lives in
+//! the codec, so the buffer never has to hold more than one line or one body.
+//!
+//! Both encoders accept a message by value or by reference.
+
+use std::io;
+
+use bytes::{Buf, BytesMut};
+use tokio_util::codec::{Decoder, Encoder};
+
+use crate::encode::{encode_command, encode_response};
+use crate::parse::{
+    find_line_end, parse_command_line, parse_response_line, BodyKind, CommandLine, LineEnd,
+    PutHeader, ResponseHead,
+};
+use crate::{Command, Op, ProtocolError, Rejected, Request, Response, MAX_LINE_LEN};
+
+/// The most a decoder reserves at once for a body still on its way.
+const MAX_RESERVE: usize = 1 << 20;
+
+/// The server's end: decodes requests, encodes replies.
+#[derive(Debug)]
+pub struct ServerCodec {
+    max_job_size: u32,
+    state: ServerState,
+}
+
+#[derive(Debug)]
+enum ServerState {
+    /// Expecting a command line.
+    Line,
+    /// Dropping an over-long line up to its CRLF.
+    Discard,
+    /// Dropping this many more bytes of a too-big body.
+    Skip(u64),
+    /// Waiting for the body of a `put`.
+    Body(PutHeader),
+}
+
+impl ServerCodec {
+    /// A codec refusing `put` bodies longer than `max_job_size` (`-z`).
+    pub fn new(max_job_size: u32) -> ServerCodec {
+        ServerCodec {
+            max_job_size,
+            state: ServerState::Line,
+        }
+    }
+}
+
+impl Decoder for ServerCodec {
+    type Item = Request;
+    type Error = io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Request>> {
+        loop {
+            match self.state {
+                ServerState::Line => match find_line_end(buf) {
+                    LineEnd::NeedMore => return Ok(None),
+                    LineEnd::TooLong => {
+                        // Keep the last byte: it may be the `\r` of a CRLF.
+                        buf.advance(MAX_LINE_LEN - 1);
+                        self.state = ServerState::Discard;
+                    }
+                    LineEnd::Found(len) => {
+                        let parsed = parse_command_line(&buf[..len - 2], self.max_job_size);
+                        buf.advance(len);
+                        match parsed {
+                            CommandLine::Command(command) => return Ok(Some(Ok(command))),
+                            CommandLine::Rejected(rejected) => return Ok(Some(Err(rejected))),
+                            CommandLine::Put(header) => self.state = ServerState::Body(header),
+                            CommandLine::TooBig { bytes } => {
+                                self.state = ServerState::Skip(u64::from(bytes) + 2)
+                            }
+                        }
+                    }
+                },
+                ServerState::Discard => {
+                    let Some(at) = buf.windows(2).position(|w| w == b"\r\n") else {
+                        let keep = usize::from(buf.last() == Some(&b'\r'));
+                        buf.advance(buf.len() - keep);
+                        return Ok(None);
+                    };
+                    buf.advance(at + 2);
+                    self.state = ServerState::Line;
+                    return Ok(Some(Err(Rejected {
+                        error: ProtocolError::BadFormat,
+                        counted: None,
+                    })));
+                }
+                ServerState::Skip(left) => {
+                    let n = left.min(buf.len() as u64);
+                    buf.advance(n as usize);
+                    if n < left {
+                        self.state = ServerState::Skip(left - n);
+                        return Ok(None);
+                    }
+                    self.state = ServerState::Line;
+                    return Ok(Some(Err(put_error(ProtocolError::JobTooBig))));
+                }
+                ServerState::Body(header) => {
+                    let request = match take_body(buf, header.bytes) {
+                        Body::Waiting => return Ok(None),
+                        Body::Complete(body) => {
+                            let PutHeader {
+                                pri, delay, ttr, ..
+                            } = header;
+                            Ok(Command::Put {
+                                pri,
+                                delay,
+                                ttr,
+                                body: body.freeze(),
+                            })
+                        }
+                        Body::NoCrlf => Err(put_error(ProtocolError::ExpectedCrlf)),
+                    };
+                    self.state = ServerState::Line;
+                    return Ok(Some(request));
+                }
+            }
+        }
+    }
+
+    /// At end of input an unfinished request is dropped, as beanstalkd drops
+    /// it when the client hangs up.
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> io::Result<Option<Request>> {
+        let request = self.decode(buf)?;
+        if request.is_none() {
+            buf.clear();
+        }
+        Ok(request)
+    }
+}
+
+/// A refused `put` that still counts in `cmd-put`.
+fn put_error(error: ProtocolError) -> Rejected {
+    Rejected {
+        error,
+        counted: Some(Op::Put),
+    }
+}
+
+/// The state of a body and its CRLF at the front of a buffer.
+enum Body {
+    /// Not all there yet.
+    Waiting,
+    /// Split off the buffer, CRLF removed.
+    Complete(BytesMut),
+    /// The two bytes after the body were not a CRLF (all were consumed).
+    NoCrlf,
+}
+
+/// Splits a body of `len` bytes and its CRLF off `buf`, or reserves room for
+/// them (a bounded amount at a time) if they have not all arrived.
+fn take_body(buf: &mut BytesMut, len: u32) -> Body {
+    let len = len as usize;
+    if buf.len() < len + 2 {
+        buf.reserve((len + 2 - buf.len()).min(MAX_RESERVE));
+        return Body::Waiting;
+    }
+    let mut body = buf.split_to(len + 2);
+    if body[len..] != *b"\r\n" {
+        return Body::NoCrlf;
+    }
+    body.truncate(len);
+    Body::Complete(body)
+}
+
+impl Encoder<&Response> for ServerCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, response: &Response, dst: &mut BytesMut) -> io::Result<()> {
+        encode_response(response, dst);
+        Ok(())
+    }
+}
+
+impl Encoder<Response> for ServerCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, response: Response, dst: &mut BytesMut) -> io::Result<()> {
+        self.encode(&response, dst)
+    }
+}
+
+/// The client's end: encodes commands, decodes replies. A reply the client
+/// cannot read is an `InvalidData` error, after which the stream is lost.
+#[derive(Debug, Default)]
+pub struct ClientCodec {
+    /// A reply line already read, whose body is still on its way.
+    pending: Option<(BodyKind, u32)>,
+}
+
+impl ClientCodec {
+    pub fn new() -> ClientCodec {
+        ClientCodec::default()
+    }
+}
+
+fn malformed() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, crate::parse::MalformedResponse)
+}
+
+impl Decoder for ClientCodec {
+    type Item = Response;
+    type Error = io::Error;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Response>> {
+        let (kind, bytes) = match self.pending {
+            Some(pending) => pending,
+            None => {
+                let len = match find_line_end(buf) {
+                    LineEnd::NeedMore => return Ok(None),
+                    LineEnd::TooLong => return Err(malformed()),
+                    LineEnd::Found(len) => len,
+                };
+                let head = parse_response_line(&buf[..len - 2]).map_err(|_| malformed())?;
+                buf.advance(len);
+                match head {
+                    ResponseHead::Line(response) => return Ok(Some(response)),
+                    ResponseHead::WithBody { kind, bytes } => *self.pending.insert((kind, bytes)),
+                }
+            }
+        };
+        let response = match take_body(buf, bytes) {
+            Body::Waiting => return Ok(None),
+            Body::Complete(body) => kind.with_body(body.freeze()),
+            Body::NoCrlf => return Err(malformed()),
+        };
+        self.pending = None;
+        Ok(Some(response))
+    }
+}
+
+impl Encoder<&Command> for ClientCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, command: &Command, dst: &mut BytesMut) -> io::Result<()> {
+        encode_command(command, dst);
+        Ok(())
+    }
+}
+
+impl Encoder<Command> for ClientCodec {
+    type Error = io::Error;
+
+    fn encode(&mut self, command: Command, dst: &mut BytesMut) -> io::Result<()> {
+        self.encode(&command, dst)
+    }
+}

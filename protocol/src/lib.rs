@@ -15,9 +15,11 @@
 //!
 //! One extension over beanstalkd: the delays of `put`, `release` and
 //! `pause-tube` and the timeout of `reserve-with-timeout` may be written as a
-//! non-negative decimal fraction (`0.25`, `1.5`, `1.25e-1`). Plain integers
-//! mean exactly what they mean to beanstalkd; no line a classic client sends is
-//! read differently.
+//! non-negative decimal fraction (`0.25`, `1.5`, `1.25e-1`; not `.5`), exact
+//! to the nanosecond. Plain integers mean exactly what they mean to
+//! beanstalkd; no line a classic client sends is read differently. (A fraction
+//! after `reserve-with-timeout` is the one place beanstalkd accepted the line
+//! before, reading only the whole seconds; see [`parse`].)
 
 use std::fmt;
 use std::time::Duration;
@@ -100,14 +102,26 @@ impl fmt::Display for TubeName {
 /// becomes the shortest possible pause).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    Put { pri: u32, delay: Duration, ttr: Duration, body: Bytes },
+    Put {
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+    },
     Use(TubeName),
     Reserve,
     ReserveWithTimeout(Duration),
     ReserveJob(JobId),
     Delete(JobId),
-    Release { id: JobId, pri: u32, delay: Duration },
-    Bury { id: JobId, pri: u32 },
+    Release {
+        id: JobId,
+        pri: u32,
+        delay: Duration,
+    },
+    Bury {
+        id: JobId,
+        pri: u32,
+    },
     Touch(JobId),
     Watch(TubeName),
     Ignore(TubeName),
@@ -123,7 +137,10 @@ pub enum Command {
     ListTubes,
     ListTubeUsed,
     ListTubesWatched,
-    PauseTube { tube: TubeName, delay: Duration },
+    PauseTube {
+        tube: TubeName,
+        delay: Duration,
+    },
     Quit,
 }
 
@@ -187,6 +204,40 @@ impl Op {
         Op::PauseTube,
         Op::Quit,
     ];
+}
+
+impl Op {
+    /// The command word on the wire (`put`, `peek-ready`, …); `stats` names
+    /// its counter `cmd-` followed by this word.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Use => "use",
+            Op::Reserve => "reserve",
+            Op::ReserveWithTimeout => "reserve-with-timeout",
+            Op::ReserveJob => "reserve-job",
+            Op::Delete => "delete",
+            Op::Release => "release",
+            Op::Bury => "bury",
+            Op::Touch => "touch",
+            Op::Watch => "watch",
+            Op::Ignore => "ignore",
+            Op::Peek => "peek",
+            Op::PeekReady => "peek-ready",
+            Op::PeekDelayed => "peek-delayed",
+            Op::PeekBuried => "peek-buried",
+            Op::Kick => "kick",
+            Op::KickJob => "kick-job",
+            Op::Stats => "stats",
+            Op::StatsJob => "stats-job",
+            Op::StatsTube => "stats-tube",
+            Op::ListTubes => "list-tubes",
+            Op::ListTubeUsed => "list-tube-used",
+            Op::ListTubesWatched => "list-tubes-watched",
+            Op::PauseTube => "pause-tube",
+            Op::Quit => "quit",
+        }
+    }
 }
 
 impl Command {
@@ -271,7 +322,10 @@ pub enum Response {
     /// `USING <tube>`
     Using(TubeName),
     /// `RESERVED <id> <bytes>` + body
-    Reserved { id: JobId, body: Bytes },
+    Reserved {
+        id: JobId,
+        body: Bytes,
+    },
     DeadlineSoon,
     TimedOut,
     Deleted,
@@ -282,7 +336,10 @@ pub enum Response {
     Watching(u32),
     NotIgnored,
     /// `FOUND <id> <bytes>` + body
-    Found { id: JobId, body: Bytes },
+    Found {
+        id: JobId,
+        body: Bytes,
+    },
     /// `KICKED`: the answer to `kick-job`.
     Kicked,
     /// `KICKED <count>`: the answer to `kick`.

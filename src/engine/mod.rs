@@ -415,6 +415,9 @@ impl Engine {
         if self.draining {
             return Response::Draining;
         }
+        if self.jobs.is_full() {
+            return Response::OutOfMemory;
+        }
         let t = self.used(conn);
         let job = Job::new(
             id,

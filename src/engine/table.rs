@@ -53,6 +53,12 @@ impl JobTable {
         }
     }
 
+    /// Whether another job fits: slots and heap positions are 30-bit, so a
+    /// put past this answers OUT_OF_MEMORY instead of overflowing them.
+    pub(super) fn is_full(&self) -> bool {
+        self.len >= super::job::MAX_HEAP_POS
+    }
+
     /// Stores `job` and returns its slot.
     pub(super) fn insert(&mut self, job: Job) -> u32 {
         if (self.len + 1) * 4 > self.buckets.len() * 3 {

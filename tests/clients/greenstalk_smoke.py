@@ -39,7 +39,7 @@ def scenario(port):
         high = c.put("high", priority=1)
         job = c.reserve(timeout=1)
         assert (job.id, job.body) == (high, "high"), job
-        c.bury(job)
+        c.bury(job, priority=1)
         assert c.peek_buried().id == high
         assert c.kick(10) == 1
         job = c.reserve(timeout=1)

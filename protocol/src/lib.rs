@@ -22,6 +22,7 @@
 //! before, reading only the whole seconds; see [`parse`].)
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -47,8 +48,10 @@ pub const MAX_SECONDS: u64 = u32::MAX as u64;
 pub type JobId = u64;
 
 /// A valid tube name: 1–200 bytes from `A-Za-z0-9-+/;.$_()`, not starting with `-`.
+///
+/// Shared, so the engine, replies and store records clone it without copying.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TubeName(Box<str>);
+pub struct TubeName(Arc<str>);
 
 impl TubeName {
     /// Checks `name` against beanstalkd's rules.

@@ -6,9 +6,12 @@
 //! network only when asked to.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
+
+use crate::store::Policy;
 
 /// beanstalkd's default binlog file size (`-s`), reported by `stats`.
 pub const DEFAULT_BINLOG_SIZE: u64 = 10 << 20;
@@ -65,6 +68,15 @@ pub struct Args {
     #[arg(short = 's', long = "binlog-size", value_name = "BYTES", default_value_t = DEFAULT_BINLOG_SIZE)]
     pub binlog_size: u64,
 
+    /// Memory for the store's page cache, in bytes (with -b).
+    #[arg(long = "store-cache", value_name = "BYTES", default_value_t = 64 << 20)]
+    pub store_cache: u64,
+
+    /// Start even if the store is damaged, keeping every job that can be
+    /// read and logging each one skipped (with -b).
+    #[arg(long = "salvage")]
+    pub salvage: bool,
+
     /// Accepted for compatibility: the store always compacts.
     #[arg(short = 'c', long = "compact")]
     pub compact: bool,
@@ -87,6 +99,15 @@ pub struct Args {
 }
 
 impl Args {
+    /// When store records are forced to disk: `-F`, else `-f MS`.
+    pub fn policy(&self) -> Policy {
+        match (self.no_fsync, self.fsync_ms) {
+            (true, _) => Policy::Never,
+            (false, 0) => Policy::Always,
+            (false, ms) => Policy::Every(Duration::from_millis(ms)),
+        }
+    }
+
     /// `-z` as beanstalkd applies it: values above 1 GiB are lowered to 1 GiB.
     pub fn effective_max_job_size(&self) -> u32 {
         self.max_job_size.min(MAX_JOB_SIZE_LIMIT as u64) as u32

@@ -6,10 +6,16 @@
 //! answer has been written, as beanstalkd does. While parked, the socket is
 //! still read (up to a bound) so a client that hangs up is noticed at once.
 //!
+//! Under `-f 0` an answer is held until the store has made its command's
+//! records durable; one store flush releases the answers of every waiting
+//! connection (group commit). If the store fails, the answer becomes the
+//! error beanstalkd's clients know (OUT_OF_MEMORY for a put, whose job is
+//! then dropped; INTERNAL_ERROR otherwise), so nothing unstored is claimed.
+//!
 //! Memory per connection is bounded: reads stop while decoded requests are
-//! pending, answers are written out whenever the write buffer passes
-//! [`WRITE_HIGH_WATER`], and a client that does not read its answers stalls
-//! only itself (its writes block, so its task stops reading).
+//! pending, answers are written out whenever they pass [`WRITE_HIGH_WATER`]
+//! bytes, and a client that does not read its answers stalls only itself
+//! (its writes block, so its task stops reading).
 
 use std::collections::VecDeque;
 use std::io;
@@ -20,10 +26,12 @@ use sprout_protocol::codec::ServerCodec;
 use sprout_protocol::encode::encode_response;
 use sprout_protocol::{Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 use tokio_util::codec::Decoder;
 
 use crate::engine::{ConnId, Outcome};
-use crate::shared::{Mailbox, Shared};
+use crate::shared::{Letter, Mailbox, Shared};
+use crate::store::Progress;
 
 /// Requests decoded ahead of execution, at most.
 const MAX_PENDING: usize = 512;
@@ -44,10 +52,12 @@ where
         id,
         stream,
         mailbox,
+        progress: shared.store.progress(),
         codec: ServerCodec::new(max_job_size),
         rbuf: BytesMut::new(),
         wbuf: BytesMut::new(),
         pending: VecDeque::new(),
+        answers: Vec::new(),
     };
     if let Err(e) = conn.run(&shared).await {
         tracing::debug!(conn = id, error = %e, "connection failed");
@@ -59,10 +69,13 @@ struct Connection<S> {
     id: ConnId,
     stream: S,
     mailbox: Mailbox,
+    progress: watch::Receiver<Progress>,
     codec: ServerCodec,
     rbuf: BytesMut,
     wbuf: BytesMut,
     pending: VecDeque<Request>,
+    /// Answers not yet written, each with the store submission it waits for.
+    answers: Vec<Letter>,
 }
 
 /// Where a batch of requests left the connection.
@@ -89,7 +102,7 @@ where
                 continue;
             }
             let next = self.execute(shared);
-            self.flush().await?;
+            self.flush(shared).await?;
             match next {
                 Next::Continue => {}
                 Next::Close => return Ok(()),
@@ -120,9 +133,10 @@ where
     }
 
     /// Runs pending requests under one lock until they run out, one parks
-    /// or quits, or the answers fill the write buffer.
+    /// or quits, or the answers pass [`WRITE_HIGH_WATER`].
     fn execute(&mut self, shared: &Shared) -> Next {
         let mut state = shared.lock();
+        let mut size = 0;
         while let Some(request) = self.pending.pop_front() {
             let outcome = match request {
                 // The clock is read per command: `stats-job`'s time-left
@@ -133,24 +147,58 @@ where
                     Outcome::Reply(rejected.error.into())
                 }
             };
+            let seq = state.submit();
             match outcome {
-                Outcome::Reply(response) => encode_response(&response, &mut self.wbuf),
+                Outcome::Reply(response) => {
+                    size += approximate_len(&response);
+                    self.answers.push((response, seq));
+                }
                 Outcome::Wait => return Next::Parked,
                 Outcome::Close => return Next::Close,
             }
-            if self.wbuf.len() >= WRITE_HIGH_WATER {
+            if size >= WRITE_HIGH_WATER {
                 break;
             }
         }
         Next::Continue
     }
 
-    async fn flush(&mut self) -> io::Result<()> {
+    /// Writes every answer out, once the store has done what each waits for.
+    async fn flush(&mut self, shared: &Shared) -> io::Result<()> {
+        let wait_for = self.answers.iter().map(|&(_, seq)| seq).max().unwrap_or(0);
+        if wait_for > 0 && shared.store.replies_wait() {
+            let progress = self
+                .progress
+                .wait_for(|p| p.done >= wait_for)
+                .await
+                .map_err(|_| io::Error::other("the store stopped"))?
+                .clone();
+            self.fail_unstored(shared, &progress);
+        }
+        for (response, _) in self.answers.drain(..) {
+            encode_response(&response, &mut self.wbuf);
+        }
         if !self.wbuf.is_empty() {
             self.stream.write_all(&self.wbuf).await?;
             self.wbuf.clear();
         }
         Ok(())
+    }
+
+    /// Turns the answers whose records the store failed to keep into errors.
+    fn fail_unstored(&mut self, shared: &Shared, progress: &Progress) {
+        for (response, seq) in &mut self.answers {
+            if *seq == 0 || !progress.failed(*seq) {
+                continue;
+            }
+            *response = match response {
+                Response::Inserted(id) => {
+                    shared.lock().engine.forget(*id);
+                    Response::OutOfMemory
+                }
+                _ => Response::InternalError,
+            };
+        }
     }
 
     /// Waits for the answer to a blocked `reserve` and writes it; `false`
@@ -162,17 +210,17 @@ where
                 self.rbuf.reserve(READ_CHUNK);
             }
             tokio::select! {
-                answer = self.mailbox.recv() => {
+                letter = self.mailbox.recv() => {
                     // The sender lives until this connection disconnects.
-                    let Some(answer) = answer else { return Ok(false) };
-                    encode_response(&answer, &mut self.wbuf);
-                    self.flush().await?;
+                    let Some(letter) = letter else { return Ok(false) };
+                    self.answers.push(letter);
+                    self.flush(shared).await?;
                     return Ok(true);
                 }
                 read = self.stream.read_buf(&mut self.rbuf), if room => {
                     if read? == 0 {
                         self.end_wait_at_hangup(shared);
-                        self.flush().await?;
+                        self.flush(shared).await?;
                         return Ok(true);
                     }
                 }
@@ -187,14 +235,24 @@ where
     fn end_wait_at_hangup(&mut self, shared: &Shared) {
         let mut state = shared.lock();
         // Under the lock no new answer can arrive, so this check is final.
-        let answer = match self.mailbox.try_recv() {
-            Ok(answer) => answer,
+        let letter = match self.mailbox.try_recv() {
+            Ok(letter) => letter,
             Err(_) => {
                 state.engine.cancel_wait(self.id);
-                Response::TimedOut
+                (Response::TimedOut, 0)
             }
         };
         drop(state);
-        encode_response(&answer, &mut self.wbuf);
+        self.answers.push(letter);
+    }
+}
+
+/// Roughly how many bytes `response` takes on the wire.
+fn approximate_len(response: &Response) -> usize {
+    match response {
+        Response::Reserved { body, .. } | Response::Found { body, .. } | Response::Ok(body) => {
+            body.len() + 32
+        }
+        _ => 16,
     }
 }

@@ -9,5 +9,6 @@ pub mod connection;
 pub mod engine;
 pub mod server;
 pub mod shared;
+pub mod store;
 pub mod timer;
 pub mod user;

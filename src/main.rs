@@ -27,12 +27,6 @@ async fn serve(args: Args) -> ExitCode {
             sprout_protocol::MAX_JOB_SIZE_LIMIT
         );
     }
-    if let Some(dir) = &args.binlog_dir {
-        tracing::warn!(
-            "-b {}: durable storage is not built yet; jobs are kept in memory only",
-            dir.display()
-        );
-    }
     let listener = match Listener::bind(&args.listen, args.port).await {
         Ok(l) => l,
         Err(e) => {
@@ -57,7 +51,11 @@ async fn serve(args: Args) -> ExitCode {
         args.listen,
         args.port
     );
-    match Server::new(listener, &args).run(shutdown).await {
+    let server = match Server::open(listener, &args) {
+        Ok(server) => server,
+        Err(e) => return fail("cannot start", e),
+    };
+    match server.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("server failed", e),
     }

@@ -17,8 +17,10 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::Args;
 use crate::connection;
-use crate::engine::{Clock, Config, Engine};
+use crate::engine::{BinlogStats, Clock, Config, Engine};
 use crate::shared::Shared;
+use crate::store::sled::{self, SledStore};
+use crate::store::{Memory, Store};
 use crate::timer;
 
 /// Where the server listens.
@@ -77,18 +79,48 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(listener: Listener, args: &Args) -> Server {
+    /// Builds the server `args` describe on `listener`: with `-b`, opens
+    /// the store and restores every job it holds.
+    pub fn open(listener: Listener, args: &Args) -> io::Result<Server> {
         let clock = Clock::new();
+        let binlog = Arc::new(BinlogStats::default());
         let config = Config {
             max_job_size: args.effective_max_job_size(),
             binlog_max_size: args.binlog_size,
+            journal: args.binlog_dir.is_some(),
+            binlog: binlog.clone(),
         };
-        let engine = Engine::new(config, clock.now());
-        Server {
+        let mut engine = Engine::new(config, clock.now());
+        let store: Box<dyn Store> = match &args.binlog_dir {
+            None => Box::new(Memory::new()),
+            Some(dir) => {
+                let started = std::time::Instant::now();
+                let options = sled::Options {
+                    dir: dir.clone(),
+                    policy: args.policy(),
+                    cache_bytes: args.store_cache,
+                    salvage: args.salvage,
+                };
+                let (store, recovered) = SledStore::open(&options, binlog)?;
+                for image in &recovered.jobs {
+                    engine.restore(image);
+                }
+                engine.reserve_ids_below(recovered.next_id);
+                tracing::info!(
+                    jobs = recovered.jobs.len(),
+                    skipped = recovered.skipped,
+                    "recovered from {} in {:?}",
+                    dir.display(),
+                    started.elapsed()
+                );
+                Box::new(store)
+            }
+        };
+        Ok(Server {
             listener,
-            shared: Arc::new(Shared::new(engine, clock)),
+            shared: Arc::new(Shared::new(engine, clock, store)),
             max_job_size: args.effective_max_job_size(),
-        }
+        })
     }
 
     /// Serves until `shutdown` completes.
@@ -104,6 +136,9 @@ impl Server {
         }
         timer.abort();
         drain.abort();
+        // Whatever was acknowledged reaches the disk before we exit.
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.store.close()).await?;
         Ok(())
     }
 

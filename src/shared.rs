@@ -1,10 +1,12 @@
 //! The state every connection task works on: the engine under one short lock,
-//! the mailboxes of connections blocked in `reserve`, and the timer's alarm.
+//! the store its changes go to, the mailboxes of connections blocked in
+//! `reserve`, and the timer's alarm.
 //!
-//! [`Shared::lock`] returns a guard that, when dropped, delivers the answers
-//! the engine produced for blocked connections and wakes the timer task if
-//! the earliest deadline moved closer. Every engine call goes through it, so
-//! no caller can forget either step.
+//! [`Shared::lock`] returns a guard that, when dropped, hands the engine's
+//! remaining records to the store, delivers the answers the engine produced
+//! for blocked connections, and wakes the timer task if the earliest deadline
+//! moved closer. Every engine call goes through it, so no caller can forget
+//! any of the three.
 
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
@@ -15,13 +17,20 @@ use sprout_protocol::Response;
 use tokio::sync::{mpsc, Notify};
 
 use crate::engine::{Clock, ConnId, Engine, Time};
+use crate::store::{Seq, Store};
+
+/// A late answer for a blocked connection, and the store submission it must
+/// not overtake (under `-f 0`, a job handed over by a put is not announced
+/// before the put is durable).
+pub type Letter = (Response, Seq);
 
 /// Where a blocked connection receives its late answer.
-pub type Mailbox = mpsc::UnboundedReceiver<Response>;
+pub type Mailbox = mpsc::UnboundedReceiver<Letter>;
 
 pub struct Shared {
     state: Mutex<State>,
     pub clock: Clock,
+    pub store: Box<dyn Store>,
     /// Wakes the timer task early.
     pub(crate) alarm: Notify,
     /// When the timer task is set to wake ([`Time::MAX`]: not at all).
@@ -30,17 +39,21 @@ pub struct Shared {
 
 pub struct State {
     pub engine: Engine,
-    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<Response>>,
+    mailboxes: HashMap<ConnId, mpsc::UnboundedSender<Letter>>,
+    /// The latest store submission.
+    last_seq: Seq,
 }
 
 impl Shared {
-    pub fn new(engine: Engine, clock: Clock) -> Shared {
+    pub fn new(engine: Engine, clock: Clock, store: Box<dyn Store>) -> Shared {
         Shared {
             state: Mutex::new(State {
                 engine,
                 mailboxes: HashMap::new(),
+                last_seq: 0,
             }),
             clock,
+            store,
             alarm: Notify::new(),
             alarm_at: AtomicU64::new(Time::MAX),
         }
@@ -49,7 +62,8 @@ impl Shared {
     pub fn lock(&self) -> Locked<'_> {
         // A panic while holding the lock is a bug already reported; the
         // engine's state is still the best there is, so keep serving.
-        let guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        guard.engine.set_store_ok(self.store.healthy());
         Locked {
             guard,
             shared: self,
@@ -79,6 +93,20 @@ pub struct Locked<'a> {
     shared: &'a Shared,
 }
 
+impl Locked<'_> {
+    /// Hands the engine's records so far to the store; returns the
+    /// submission to wait for (0 if there were none).
+    pub fn submit(&mut self) -> Seq {
+        let records = self.guard.engine.take_journal();
+        if records.is_empty() {
+            return 0;
+        }
+        let seq = self.shared.store.submit(records);
+        self.guard.last_seq = seq;
+        seq
+    }
+}
+
 impl Deref for Locked<'_> {
     type Target = State;
     fn deref(&self) -> &State {
@@ -94,12 +122,13 @@ impl DerefMut for Locked<'_> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
+        self.submit();
         let state = &mut *self.guard;
         for (id, response) in state.engine.take_wakeups() {
             // A closed mailbox means the connection is leaving; its
             // disconnect (under this same lock, later) returns the job.
             if let Some(tx) = state.mailboxes.get(&id) {
-                let _ = tx.send(response);
+                let _ = tx.send((response, state.last_seq));
             }
         }
         let next = state.engine.next_deadline().unwrap_or(Time::MAX);

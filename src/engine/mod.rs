@@ -23,6 +23,7 @@ mod conn;
 mod heap;
 mod host;
 mod job;
+mod journal;
 mod stats;
 mod table;
 #[cfg(test)]
@@ -33,37 +34,51 @@ mod tube;
 use conn::{Conn, Wait};
 use host::Host;
 use job::{Job, State};
+pub use journal::{JobImage, Record, Stored};
+pub use stats::BinlogStats;
 use stats::Stats;
 use table::JobTable;
 use timers::{TimerKey, Timers};
 use tube::Tubes;
 
-/// Microseconds on the server's monotonic clock (see [`Clock`]).
+/// Microseconds since the Unix epoch, as read at startup and then advanced
+/// by the monotonic clock (see [`Clock`]). Being wall-clock based, a stored
+/// deadline means the same moment after a restart; being monotonic while
+/// the server runs, a clock step never fires a job early or late.
 pub type Time = u64;
 
 /// A connection, as the engine knows it.
 pub type ConnId = u64;
 
-/// Maps `Instant`s to [`Time`].
+/// Reads [`Time`] and maps it back to `Instant`s for sleeping.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     epoch: std::time::Instant,
+    /// [`Time`] at `epoch`.
+    base: Time,
 }
 
 impl Clock {
     pub fn new() -> Clock {
+        let since_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         Clock {
             epoch: std::time::Instant::now(),
+            base: micros(since_unix),
         }
     }
 
     pub fn now(&self) -> Time {
-        self.epoch.elapsed().as_micros() as Time
+        self.base + micros(self.epoch.elapsed())
     }
 
-    /// The `Instant` at which `t` falls, for sleeping until it.
+    /// The `Instant` at which `t` falls, for sleeping until it (capped at
+    /// decades away: a delay of 2^32-1 s is beyond what `Instant` can add).
     pub fn instant(&self, t: Time) -> std::time::Instant {
-        self.epoch + Duration::from_micros(t)
+        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
+        let after = Duration::from_micros(t.saturating_sub(self.base)).min(FAR);
+        self.epoch + after
     }
 }
 
@@ -80,6 +95,10 @@ pub struct Config {
     pub max_job_size: u32,
     /// `-s`: reported as `binlog-max-size`.
     pub binlog_max_size: u64,
+    /// Keep a [`Record`] of every change for a store ([`Engine::take_journal`]).
+    pub journal: bool,
+    /// The store's counters, for the `binlog-*` keys of `stats`.
+    pub binlog: std::sync::Arc<BinlogStats>,
 }
 
 /// What a command does to the connection that sent it.
@@ -108,11 +127,14 @@ pub struct Engine {
     timers: Timers,
     stats: Stats,
     wakeups: Vec<(ConnId, Response)>,
+    journal: Vec<Record>,
     next_job_id: JobId,
     next_conn: ConnId,
     next_wait_seq: u64,
     next_bury_seq: u64,
     draining: bool,
+    /// False while the store fails to write: puts answer OUT_OF_MEMORY.
+    store_ok: bool,
 }
 
 const MICROS_PER_SECOND: Time = 1_000_000;
@@ -139,11 +161,13 @@ impl Engine {
             timers: Timers::default(),
             stats: Stats::default(),
             wakeups: Vec::new(),
+            journal: Vec::new(),
             next_job_id: 1,
             next_conn: 1,
             next_wait_seq: 0,
             next_bury_seq: 0,
             draining: false,
+            store_ok: true,
         }
     }
 
@@ -253,6 +277,60 @@ impl Engine {
         self.draining = on;
     }
 
+    /// Whether the store is writing; while it is not, puts answer
+    /// OUT_OF_MEMORY rather than accept jobs that would not survive.
+    pub fn set_store_ok(&mut self, ok: bool) {
+        self.store_ok = ok;
+    }
+
+    /// The records of every change since the last call, in order.
+    pub fn take_journal(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.journal)
+    }
+
+    /// Puts back a job from the store at startup, in its stored state: a
+    /// reserved job comes back ready, a delayed job whose moment passed
+    /// while the server was down comes back ready. Call in bury order for
+    /// buried jobs; ids issued later are above every restored one.
+    pub fn restore(&mut self, image: &JobImage) {
+        let t = self.tubes.find_or_make(&image.tube);
+        let slot = self.jobs.insert(image.to_job(t));
+        self.next_job_id = self.next_job_id.max(image.id + 1);
+        match image.state {
+            Stored::Ready | Stored::Reserved => self.make_ready(slot),
+            Stored::Delayed(until) if until > self.now => self.make_delayed(slot, until),
+            Stored::Delayed(_) => self.make_ready(slot),
+            Stored::Buried(seq) => {
+                self.next_bury_seq = self.next_bury_seq.max(seq + 1);
+                self.bury_at(slot, seq);
+            }
+        }
+    }
+
+    /// Ids below `next` were issued before a restart: never issue them again.
+    pub fn reserve_ids_below(&mut self, next: JobId) {
+        self.next_job_id = self.next_job_id.max(next);
+    }
+
+    /// Removes a job whose put the store failed to keep, whatever state it
+    /// has reached meanwhile (its put was never acknowledged).
+    pub fn forget(&mut self, id: JobId) {
+        let Some(slot) = self.jobs.find(id) else {
+            return;
+        };
+        if self.jobs[slot].state() == State::Reserved {
+            let deadline = self.jobs[slot].deadline;
+            let holder = self.conns.iter().find(|(_, c)| c.holds(deadline, slot));
+            if let Some((&conn, _)) = holder {
+                self.unreserve(conn, slot);
+            }
+        } else {
+            self.take_out(slot);
+        }
+        let job = self.jobs.remove(slot);
+        self.drop_tube_ref(job.tube);
+    }
+
     /// Ends `conn`'s blocked `reserve` without an answer; says whether it
     /// was waiting. For a client that half-closes while waiting, which
     /// beanstalkd answers with TIMED_OUT.
@@ -297,6 +375,7 @@ impl Engine {
                     job.delay = seconds(delay);
                     job.releases += 1;
                     self.enqueue(slot, micros(delay));
+                    self.record(slot, false);
                     Response::Released
                 }
                 None => Response::NotFound,
@@ -306,6 +385,7 @@ impl Engine {
                     self.unreserve(conn, slot);
                     self.jobs[slot].pri = pri;
                     self.make_buried(slot);
+                    self.record(slot, false);
                     Response::Buried
                 }
                 None => Response::NotFound,
@@ -415,7 +495,7 @@ impl Engine {
         if self.draining {
             return Response::Draining;
         }
-        if self.jobs.is_full() {
+        if self.jobs.is_full() || !self.store_ok {
             return Response::OutOfMemory;
         }
         let t = self.used(conn);
@@ -432,6 +512,7 @@ impl Engine {
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
         self.enqueue(slot, micros(delay));
+        self.record(slot, true);
         Response::Inserted(id)
     }
 
@@ -496,6 +577,9 @@ impl Engine {
         let job = self.jobs.remove(slot);
         self.tubes[job.tube].deletes += 1;
         self.drop_tube_ref(job.tube);
+        if self.config.journal {
+            self.journal.push(Record::Delete(id));
+        }
         Response::Deleted
     }
 
@@ -539,6 +623,7 @@ impl Engine {
         self.take_out(slot);
         self.jobs[slot].kicks += 1;
         self.make_ready(slot);
+        self.record(slot, false);
     }
 
     /// The slot of job `id` if `conn` holds it reserved.
@@ -669,10 +754,15 @@ impl Engine {
     fn make_buried(&mut self, slot: u32) {
         let seq = self.next_bury_seq;
         self.next_bury_seq += 1;
+        self.jobs[slot].buries += 1;
+        self.bury_at(slot, seq);
+    }
+
+    /// Buries a job at place `seq` in its tube's bury order.
+    fn bury_at(&mut self, slot: u32, seq: u64) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Buried);
         job.deadline = seq;
-        job.buries += 1;
         self.tubes[job.tube].buried.insert((seq, slot));
         self.stats.buried += 1;
     }
@@ -684,6 +774,7 @@ impl Engine {
         self.tubes[job.tube].reserved += 1;
         self.stats.reserved += 1;
         self.start_ttr(conn, slot);
+        self.record(slot, false);
     }
 
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).
@@ -695,6 +786,20 @@ impl Engine {
         let deadline = job.deadline;
         self.conn_mut(conn).reserved.insert((deadline, slot));
         self.arm_conn(conn);
+    }
+
+    /// Journals job `slot`'s image (a no-op unless journaling is on).
+    fn record(&mut self, slot: u32, new: bool) {
+        if !self.config.journal {
+            return;
+        }
+        let job = &self.jobs[slot];
+        let image = JobImage::of(job, &self.tubes[job.tube].name);
+        self.journal.push(if new {
+            Record::Put(image)
+        } else {
+            Record::Update(image)
+        });
     }
 
     // Waiting.
@@ -776,6 +881,7 @@ impl Engine {
                 self.jobs[slot].timeouts += 1;
                 self.stats.timeouts += 1;
                 self.make_ready(slot);
+                self.record(slot, false);
             }
         }
         let timed_out = self.conns[&conn]

@@ -8,6 +8,7 @@
 //! `OK <n>` body.
 
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use sprout_protocol::{Op, TubeName};
@@ -47,6 +48,20 @@ impl Stats {
     fn op(&self, op: Op) -> u64 {
         self.ops[op as usize]
     }
+}
+
+/// The store's counters behind the `binlog-*` keys, updated by the store's
+/// writer as it works (see the README for what each means with sled).
+#[derive(Debug, Default)]
+pub struct BinlogStats {
+    /// 1 once the store has made a commit durable, else 0.
+    pub oldest_index: AtomicU64,
+    /// Group commits made durable since startup.
+    pub current_index: AtomicU64,
+    /// Records rewritten by compaction.
+    pub records_migrated: AtomicU64,
+    /// Records written since startup.
+    pub records_written: AtomicU64,
 }
 
 /// What `stats` reports besides the counters.
@@ -111,10 +126,12 @@ pub(super) fn server(s: &Stats, server: &Server<'_>) -> Bytes {
     line("rusage-utime", &format_args!("{user_s}.{user_us:06}"));
     line("rusage-stime", &format_args!("{sys_s}.{sys_us:06}"));
     line("uptime", &(server.uptime / SECOND));
-    line("binlog-oldest-index", &0);
-    line("binlog-current-index", &0);
-    line("binlog-records-migrated", &0);
-    line("binlog-records-written", &0);
+    let binlog = &server.config.binlog;
+    let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    line("binlog-oldest-index", &read(&binlog.oldest_index));
+    line("binlog-current-index", &read(&binlog.current_index));
+    line("binlog-records-migrated", &read(&binlog.records_migrated));
+    line("binlog-records-written", &read(&binlog.records_written));
     line("binlog-max-size", &server.config.binlog_max_size);
     line("draining", &server.draining);
     line("id", &server.host.instance);

@@ -18,6 +18,8 @@ fn engine() -> Engine {
         Config {
             max_job_size: 65_535,
             binlog_max_size: 10_485_760,
+            journal: false,
+            binlog: Default::default(),
         },
         0,
     )
@@ -1194,6 +1196,8 @@ fn stats_document() {
         Config {
             max_job_size: 1234,
             binlog_max_size: 5678,
+            journal: false,
+            binlog: Default::default(),
         },
         7 * S,
     );

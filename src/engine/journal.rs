@@ -1,0 +1,104 @@
+//! The engine's side of persistence: the records a store must keep so a
+//! restart finds every job as it was.
+//!
+//! When journaling is on (`Config::journal`), every change that must survive
+//! a restart appends a [`Record`] holding the job's whole persistent image,
+//! not a delta: a store that applies records in order ends with each job's
+//! latest image, whatever interleaving produced it. A job's move from
+//! delayed to ready needs no record (its stored deadline says when), nor
+//! does touch, nor does a disconnect returning jobs to ready (a stored
+//! reserved job comes back ready anyway).
+
+use bytes::Bytes;
+use sprout_protocol::{JobId, TubeName};
+
+use super::job::{Job, State};
+use super::Time;
+
+/// A job's state as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    Ready,
+    /// Comes back ready after a restart.
+    Reserved,
+    /// Ready at this [`Time`] (absolute: downtime counts).
+    Delayed(Time),
+    /// Buried; `seq` orders buried jobs (oldest first).
+    Buried(u64),
+}
+
+/// Everything about a job that survives a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobImage {
+    pub id: JobId,
+    pub tube: TubeName,
+    pub pri: u32,
+    /// Seconds.
+    pub ttr: u32,
+    /// Seconds of the last put/release delay (what `stats-job` shows).
+    pub delay: u32,
+    pub state: Stored,
+    pub created: Time,
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
+    pub body: Bytes,
+}
+
+/// One change for the store, in engine order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A new job: its image and body.
+    Put(JobImage),
+    /// A job's image changed (its body did not).
+    Update(JobImage),
+    Delete(JobId),
+}
+
+impl JobImage {
+    pub(super) fn of(job: &Job, tube: &TubeName) -> JobImage {
+        let state = match job.state() {
+            State::Ready => Stored::Ready,
+            State::Reserved => Stored::Reserved,
+            State::Delayed => Stored::Delayed(job.deadline),
+            State::Buried => Stored::Buried(job.deadline),
+        };
+        JobImage {
+            id: job.id,
+            tube: tube.clone(),
+            pri: job.pri,
+            ttr: job.ttr,
+            delay: job.delay,
+            state,
+            created: job.created,
+            reserves: job.reserves,
+            timeouts: job.timeouts,
+            releases: job.releases,
+            buries: job.buries,
+            kicks: job.kicks,
+            body: job.body.clone(),
+        }
+    }
+
+    /// The in-memory record this image describes, in tube `t`, with no
+    /// state set yet.
+    pub(super) fn to_job(&self, t: u32) -> Job {
+        let mut job = Job::new(
+            self.id,
+            self.pri,
+            self.ttr,
+            self.delay,
+            t,
+            self.body.clone(),
+            self.created,
+        );
+        job.reserves = self.reserves;
+        job.timeouts = self.timeouts;
+        job.releases = self.releases;
+        job.buries = self.buries;
+        job.kicks = self.kicks;
+        job
+    }
+}

@@ -1,0 +1,379 @@
+//! The durable store: jobs in an embedded sled database, written by one
+//! thread that commits in groups.
+//!
+//! Connections never touch sled. Their records queue on a channel; the
+//! writer takes everything queued, applies it as one atomic `sled::Batch`
+//! and, under `-f 0`, makes it durable before it reports the whole group
+//! done: one flush answers every reply that was waiting, however many
+//! connections sent them (group commit).
+//!
+//! What "durable" means here: sled's `flush` writes its log buffers with
+//! `pwrite` and then, on Linux, calls only `sync_file_range` on the written
+//! range (sled 0.34.7, `pagecache/iobuf.rs`). That survives a killed process
+//! (the data is in the kernel) but not a power loss: `sync_file_range`
+//! flushes neither the file's metadata (its growing size) nor the drive's
+//! write cache. So after every flush the writer also calls `fdatasync` on
+//! sled's `db` file, which covers both.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use sprout_protocol::JobId;
+use tokio::sync::watch;
+
+use super::record::{self, Corrupt, BODY_PREFIX, JOB_PREFIX, NEXT_ID_KEY};
+use super::{Policy, Progress, Seq, Store};
+use crate::engine::{BinlogStats, JobImage, Record, Stored};
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub dir: PathBuf,
+    pub policy: Policy,
+    /// sled's page cache, in bytes: the main part of the store's memory.
+    pub cache_bytes: u64,
+    /// Start with whatever decodes, skipping damaged jobs, instead of
+    /// refusing to start.
+    pub salvage: bool,
+}
+
+/// What a store held at startup.
+pub struct Recovered {
+    /// Non-buried jobs by id, then buried jobs in bury order: the order to
+    /// restore them in.
+    pub jobs: Vec<JobImage>,
+    /// The next id to issue.
+    pub next_id: JobId,
+    /// Damaged jobs skipped (only with `salvage`).
+    pub skipped: usize,
+}
+
+enum Message {
+    Records(Seq, Vec<Record>),
+    /// Make everything durable, then answer.
+    Close(mpsc::SyncSender<()>),
+}
+
+pub struct SledStore {
+    tx: Mutex<mpsc::Sender<Message>>,
+    next_seq: AtomicU64,
+    progress: watch::Receiver<Progress>,
+    policy: Policy,
+    healthy: Arc<AtomicBool>,
+}
+
+fn other(what: String) -> io::Error {
+    io::Error::other(what)
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in `options.dir` and reads back every
+    /// job. A damaged store is an error unless `options.salvage` is set.
+    pub fn open(options: &Options, stats: Arc<BinlogStats>) -> io::Result<(SledStore, Recovered)> {
+        let dir = &options.dir;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
+        let db = ::sled::Config::new()
+            .path(dir)
+            .cache_capacity(options.cache_bytes)
+            .flush_every_ms(match options.policy {
+                // -F: sled's own background writer, about once a second.
+                Policy::Never => Some(1000),
+                _ => None,
+            })
+            .open()
+            .map_err(|e| {
+                other(format!(
+                    "cannot open the store in {}: {e} (if it is damaged, move it \
+                     aside; sled cannot open it even to salvage)",
+                    dir.display()
+                ))
+            })?;
+        let recovered = recover(&db, options.salvage).map_err(|e| {
+            other(format!(
+                "the store in {} is damaged: {e}; refusing to start so no job is \
+                 silently dropped (start with --salvage to keep what can be read)",
+                dir.display()
+            ))
+        })?;
+        let file = File::open(dir.join("db"))?;
+        let (tx, rx) = mpsc::channel();
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let healthy = Arc::new(AtomicBool::new(true));
+        let writer = Writer {
+            db,
+            file,
+            policy: options.policy,
+            progress: progress_tx,
+            stats,
+            healthy: healthy.clone(),
+            next_id: recovered.next_id,
+            lost: HashSet::new(),
+        };
+        std::thread::Builder::new()
+            .name("sprout-store".into())
+            .spawn(move || writer.run(rx))?;
+        let store = SledStore {
+            tx: Mutex::new(tx),
+            next_seq: AtomicU64::new(0),
+            progress,
+            policy: options.policy,
+            healthy,
+        };
+        Ok((store, recovered))
+    }
+
+    fn send(&self, message: Message) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        // The writer only stops after Close; a send before that cannot fail.
+        let _ = tx.send(message);
+    }
+}
+
+impl Store for SledStore {
+    fn submit(&self, records: Vec<Record>) -> Seq {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        self.send(Message::Records(seq, records));
+        seq
+    }
+
+    fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.clone()
+    }
+
+    fn replies_wait(&self) -> bool {
+        self.policy == Policy::Always
+    }
+
+    fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) {
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        self.send(Message::Close(done_tx));
+        let _ = done_rx.recv();
+    }
+}
+
+/// Reads every job back, checking that each image has its body and each
+/// body its image.
+fn recover(db: &::sled::Db, salvage: bool) -> Result<Recovered, String> {
+    let next_id = match db.get(NEXT_ID_KEY).map_err(|e| e.to_string())? {
+        Some(v) => record::decode_next_id(&v).map_err(|e| e.to_string())?,
+        None => 1,
+    };
+    let mut recovered = Recovered {
+        jobs: Vec::new(),
+        next_id,
+        skipped: 0,
+    };
+    let mut bodies = db.scan_prefix([BODY_PREFIX]).peekable();
+    for item in db.scan_prefix([JOB_PREFIX]) {
+        let (key, meta) = item.map_err(|e| e.to_string())?;
+        let decoded = record::key_id(&key).and_then(|id| {
+            // Bodies and images both sort by id: walk them together.
+            let mut body = None;
+            while let Some(Ok((bkey, _))) = bodies.peek() {
+                let bid = record::key_id(bkey)?;
+                if bid > id {
+                    break;
+                }
+                let (_, value) = bodies
+                    .next()
+                    .expect("peeked")
+                    .map_err(|_| Corrupt("an unreadable body"))?;
+                if bid < id {
+                    return Err(Corrupt("a job body without its job"));
+                }
+                body = Some(Bytes::copy_from_slice(&value));
+            }
+            let body = body.ok_or(Corrupt("a job without its body"))?;
+            record::decode_meta(id, &meta, body)
+        });
+        match decoded {
+            Ok(image) => {
+                recovered.next_id = recovered.next_id.max(image.id + 1);
+                recovered.jobs.push(image);
+            }
+            Err(e) if salvage => {
+                tracing::error!("skipping a damaged job: {e}");
+                recovered.skipped += 1;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if bodies.next().is_some() && !salvage {
+        return Err("a job body without its job".into());
+    }
+    // Buried jobs go last, oldest burial first, so they bury in order.
+    recovered.jobs.sort_by_key(|image| match image.state {
+        Stored::Buried(seq) => (1, seq),
+        _ => (0, image.id),
+    });
+    Ok(recovered)
+}
+
+/// The thread that owns the database.
+struct Writer {
+    db: ::sled::Db,
+    file: File,
+    policy: Policy,
+    progress: watch::Sender<Progress>,
+    stats: Arc<BinlogStats>,
+    healthy: Arc<AtomicBool>,
+    /// The highest next id written to the store.
+    next_id: JobId,
+    /// Jobs whose put failed to be written: later images of them are not
+    /// written either, or the store would hold a job without its body.
+    lost: HashSet<JobId>,
+}
+
+/// Most submissions taken into one group commit.
+const MAX_GROUP: usize = 4096;
+
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Message>) {
+        // Under `-f MS`: since when written records wait for a flush.
+        let mut dirty_since: Option<Instant> = None;
+        loop {
+            let first = match (self.policy, dirty_since) {
+                (Policy::Every(interval), Some(since)) => {
+                    match rx.recv_timeout(interval.saturating_sub(since.elapsed())) {
+                        Ok(m) => m,
+                        Err(RecvTimeoutError::Timeout) => {
+                            self.report(self.make_durable(), "flush");
+                            dirty_since = None;
+                            continue;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                }
+                _ => match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => return,
+                },
+            };
+            let mut group = Vec::new();
+            let mut close = None;
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                match message {
+                    Message::Records(seq, records) => group.push((seq, records)),
+                    Message::Close(done) => {
+                        close = Some(done);
+                        break;
+                    }
+                }
+                if group.len() < MAX_GROUP {
+                    next = rx.try_recv().ok();
+                }
+            }
+            if !group.is_empty() {
+                let result = self.commit(&group);
+                if result.is_err() {
+                    self.forget_puts(&group);
+                }
+                if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
+                    dirty_since.get_or_insert_with(Instant::now);
+                }
+                let failed = !self.report(result, "write");
+                let (from, to) = (group[0].0, group[group.len() - 1].0);
+                self.progress.send_modify(|p| p.advance(from, to, failed));
+            }
+            if let Some(done) = close {
+                if self.policy != Policy::Never || dirty_since.is_some() {
+                    self.report(self.make_durable(), "final flush");
+                }
+                let _ = done.send(());
+                return;
+            }
+        }
+    }
+
+    /// Applies a group as one atomic batch (durably under `-f 0`).
+    fn commit(&mut self, group: &[(Seq, Vec<Record>)]) -> io::Result<()> {
+        let mut batch = ::sled::Batch::default();
+        let mut written = 0;
+        let mut next_id = self.next_id;
+        for record in group.iter().flat_map(|(_, records)| records) {
+            written += 1;
+            match record {
+                Record::Put(image) => {
+                    batch.insert(&record::job_key(image.id), record::encode_meta(image));
+                    batch.insert(&record::body_key(image.id), &image.body[..]);
+                    next_id = next_id.max(image.id + 1);
+                }
+                Record::Update(image) if !self.lost.contains(&image.id) => {
+                    batch.insert(&record::job_key(image.id), record::encode_meta(image));
+                }
+                Record::Update(_) => {}
+                Record::Delete(id) => {
+                    batch.remove(&record::job_key(*id));
+                    batch.remove(&record::body_key(*id));
+                    self.lost.remove(id);
+                }
+            }
+        }
+        if next_id != self.next_id {
+            batch.insert(NEXT_ID_KEY, &next_id.to_le_bytes());
+        }
+        self.db.apply_batch(batch).map_err(io::Error::from)?;
+        self.next_id = next_id;
+        self.stats
+            .records_written
+            .fetch_add(written, Ordering::Relaxed);
+        if self.policy == Policy::Always {
+            self.make_durable()?;
+        }
+        Ok(())
+    }
+
+    /// Remembers the puts of a group that failed (see `lost`).
+    fn forget_puts(&mut self, group: &[(Seq, Vec<Record>)]) {
+        for record in group.iter().flat_map(|(_, records)| records) {
+            match record {
+                Record::Put(image) => {
+                    self.lost.insert(image.id);
+                }
+                Record::Delete(id) => {
+                    self.lost.remove(id);
+                }
+                Record::Update(_) => {}
+            }
+        }
+    }
+
+    fn make_durable(&self) -> io::Result<()> {
+        self.db.flush().map_err(io::Error::from)?;
+        // See the module docs: sled's flush alone is not an fsync.
+        self.file.sync_data()?;
+        self.stats.oldest_index.store(1, Ordering::Relaxed);
+        self.stats.current_index.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Logs a failure and tracks health; says whether `result` was Ok.
+    fn report(&self, result: io::Result<()>, what: &str) -> bool {
+        match result {
+            Ok(()) => {
+                if !self.healthy.swap(true, Ordering::Relaxed) {
+                    tracing::warn!("store writes succeed again; accepting jobs");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!("store {what} failed: {e}; refusing new jobs until it works");
+                self.healthy.store(false, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+}

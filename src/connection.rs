@@ -185,19 +185,28 @@ where
         Ok(())
     }
 
-    /// Turns the answers whose records the store failed to keep into errors.
+    /// Turns the answers whose records the store failed to keep into errors:
+    /// an unstored put is dropped and answered OUT_OF_MEMORY; a delete,
+    /// bury, release or kick that may not survive a restart is answered
+    /// INTERNAL_ERROR. Other answers stand: what they changed (a reserve's
+    /// counter) is not something the client was promised would persist.
     fn fail_unstored(&mut self, shared: &Shared, progress: &Progress) {
         for (response, seq) in &mut self.answers {
             if *seq == 0 || !progress.failed(*seq) {
                 continue;
             }
-            *response = match response {
+            match response {
                 Response::Inserted(id) => {
                     shared.lock().engine.forget(*id);
-                    Response::OutOfMemory
+                    *response = Response::OutOfMemory;
                 }
-                _ => Response::InternalError,
-            };
+                Response::Deleted
+                | Response::Buried
+                | Response::Released
+                | Response::Kicked
+                | Response::KickedCount(_) => *response = Response::InternalError,
+                _ => {}
+            }
         }
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::engine::Record;
 
+pub mod checkpoint;
 pub mod record;
 pub mod sled;
 

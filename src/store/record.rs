@@ -6,7 +6,8 @@
 //!   body, rewritten on every change (a few dozen bytes);
 //! - `b` + id: the body, written once by the put and removed by the delete;
 //! - `n`: the next job id to issue, so ids stay above every id ever issued
-//!   even when the newest jobs were deleted before a restart.
+//!   even when the newest jobs were deleted before a restart;
+//! - `c`: the number of the last batch (see `checkpoint.rs`).
 //!
 //! An image starts with a format version; anything that does not decode
 //! exactly is reported as corrupt, never guessed at.
@@ -18,6 +19,7 @@ use sprout_protocol::{JobId, TubeName};
 use crate::engine::{JobImage, Stored};
 
 pub const NEXT_ID_KEY: &[u8] = b"n";
+pub const COMMIT_KEY: &[u8] = b"c";
 pub const JOB_PREFIX: u8 = b'j';
 pub const BODY_PREFIX: u8 = b'b';
 
@@ -132,8 +134,14 @@ pub fn decode_meta(id: JobId, meta: &[u8], body: bytes::Bytes) -> Result<JobImag
     })
 }
 
-pub fn decode_next_id(value: &[u8]) -> Result<JobId, Corrupt> {
-    Reader(value).u64()
+/// Reads the `n` or `c` value.
+pub fn decode_u64(value: &[u8]) -> Result<u64, Corrupt> {
+    let mut r = Reader(value);
+    let n = r.u64()?;
+    if !r.0.is_empty() {
+        return Err(Corrupt("trailing bytes after a counter"));
+    }
+    Ok(n)
 }
 
 struct Reader<'a>(&'a [u8]);

@@ -14,6 +14,12 @@
 //! flushes neither the file's metadata (its growing size) nor the drive's
 //! write cache. So after every flush the writer also calls `fdatasync` on
 //! sled's `db` file, which covers both.
+//!
+//! A failed write poisons the writer: sled 0.34 does not recover from a
+//! write error in-process (after ENOSPC its next flush waits forever), so
+//! from the first failure on nothing more is sent to sled, every later
+//! submission fails at once, and the server refuses new jobs until it is
+//! restarted with room on the disk.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -22,13 +28,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sprout_protocol::JobId;
 use tokio::sync::watch;
 
-use super::record::{self, Corrupt, BODY_PREFIX, JOB_PREFIX, NEXT_ID_KEY};
+use super::checkpoint::{self, Checkpoint};
+use super::record::{self, Corrupt, BODY_PREFIX, COMMIT_KEY, JOB_PREFIX, NEXT_ID_KEY};
 use super::{Policy, Progress, Seq, Store};
 use crate::engine::{BinlogStats, JobImage, Record, Stored};
 
@@ -53,6 +60,8 @@ pub struct Recovered {
     pub next_id: JobId,
     /// Damaged jobs skipped (only with `salvage`).
     pub skipped: usize,
+    /// The number of the last batch in the store.
+    commit: u64,
 }
 
 enum Message {
@@ -96,7 +105,8 @@ impl SledStore {
                     dir.display()
                 ))
             })?;
-        let recovered = recover(&db, options.salvage).map_err(|e| {
+        let (checkpoint, durable) = Checkpoint::open(dir)?;
+        let recovered = recover(&db, durable, options.salvage).map_err(|e| {
             other(format!(
                 "the store in {} is damaged: {e}; refusing to start so no job is \
                  silently dropped (start with --salvage to keep what can be read)",
@@ -116,6 +126,9 @@ impl SledStore {
             healthy: healthy.clone(),
             next_id: recovered.next_id,
             lost: HashSet::new(),
+            checkpoint,
+            commit: recovered.commit.max(durable),
+            broken: None,
         };
         std::thread::Builder::new()
             .name("sprout-store".into())
@@ -159,21 +172,45 @@ impl Store for SledStore {
     fn close(&self) {
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         self.send(Message::Close(done_tx));
-        let _ = done_rx.recv();
+        // Bounded: a disk that hangs must not keep the process from exiting.
+        if done_rx.recv_timeout(CLOSE_TIMEOUT).is_err() {
+            tracing::error!("the store did not finish its last flush in {CLOSE_TIMEOUT:?}");
+        }
     }
 }
 
-/// Reads every job back, checking that each image has its body and each
-/// body its image.
-fn recover(db: &::sled::Db, salvage: bool) -> Result<Recovered, String> {
-    let next_id = match db.get(NEXT_ID_KEY).map_err(|e| e.to_string())? {
-        Some(v) => record::decode_next_id(&v).map_err(|e| e.to_string())?,
-        None => 1,
-    };
+/// How long shutdown waits for the final flush.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads a counter key, 0 when absent.
+fn counter(db: &::sled::Db, key: &[u8]) -> Result<u64, String> {
+    match db.get(key).map_err(|e| e.to_string())? {
+        Some(v) => record::decode_u64(&v).map_err(|e| e.to_string()),
+        None => Ok(0),
+    }
+}
+
+/// Reads every job back, checking that the store holds every commit the
+/// checkpoint says was durable, that each image has its body and each body
+/// its image.
+fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, String> {
+    let commit = counter(db, COMMIT_KEY)?;
+    if commit < durable {
+        let lost = format!(
+            "it ends at commit {commit} but commit {durable} was made durable \
+             ({} says so): the log is damaged or truncated",
+            checkpoint::FILE_NAME
+        );
+        if !salvage {
+            return Err(lost);
+        }
+        tracing::error!("salvaging: {lost}");
+    }
     let mut recovered = Recovered {
         jobs: Vec::new(),
-        next_id,
+        next_id: counter(db, NEXT_ID_KEY)?.max(1),
         skipped: 0,
+        commit,
     };
     let mut bodies = db.scan_prefix([BODY_PREFIX]).peekable();
     for item in db.scan_prefix([JOB_PREFIX]) {
@@ -234,6 +271,11 @@ struct Writer {
     /// Jobs whose put failed to be written: later images of them are not
     /// written either, or the store would hold a job without its body.
     lost: HashSet<JobId>,
+    checkpoint: Checkpoint,
+    /// The number of the last batch applied.
+    commit: u64,
+    /// Set by the first failed write (see the module docs).
+    broken: Option<String>,
 }
 
 /// Most submissions taken into one group commit.
@@ -300,6 +342,7 @@ impl Writer {
 
     /// Applies a group as one atomic batch (durably under `-f 0`).
     fn commit(&mut self, group: &[(Seq, Vec<Record>)]) -> io::Result<()> {
+        self.check_broken()?;
         let mut batch = ::sled::Batch::default();
         let mut written = 0;
         let mut next_id = self.next_id;
@@ -325,7 +368,9 @@ impl Writer {
         if next_id != self.next_id {
             batch.insert(NEXT_ID_KEY, &next_id.to_le_bytes());
         }
+        batch.insert(COMMIT_KEY, &(self.commit + 1).to_le_bytes());
         self.db.apply_batch(batch).map_err(io::Error::from)?;
+        self.commit += 1;
         self.next_id = next_id;
         self.stats
             .records_written
@@ -352,28 +397,34 @@ impl Writer {
     }
 
     fn make_durable(&self) -> io::Result<()> {
+        self.check_broken()?;
         self.db.flush().map_err(io::Error::from)?;
         // See the module docs: sled's flush alone is not an fsync.
         self.file.sync_data()?;
+        self.checkpoint.record(self.commit)?;
         self.stats.oldest_index.store(1, Ordering::Relaxed);
         self.stats.current_index.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Logs a failure and tracks health; says whether `result` was Ok.
-    fn report(&self, result: io::Result<()>, what: &str) -> bool {
-        match result {
-            Ok(()) => {
-                if !self.healthy.swap(true, Ordering::Relaxed) {
-                    tracing::warn!("store writes succeed again; accepting jobs");
-                }
-                true
-            }
-            Err(e) => {
-                tracing::error!("store {what} failed: {e}; refusing new jobs until it works");
-                self.healthy.store(false, Ordering::Relaxed);
-                false
-            }
+    fn check_broken(&self) -> io::Result<()> {
+        match &self.broken {
+            Some(why) => Err(other(format!("the store failed earlier: {why}"))),
+            None => Ok(()),
         }
+    }
+
+    /// Logs a failure and poisons the writer; says whether `result` was Ok.
+    fn report(&mut self, result: io::Result<()>, what: &str) -> bool {
+        let Err(e) = result else { return true };
+        if self.broken.is_none() {
+            tracing::error!(
+                "store {what} failed: {e}; refusing new jobs until sprout is \
+                 restarted with room on the disk"
+            );
+            self.broken = Some(e.to_string());
+            self.healthy.store(false, Ordering::Relaxed);
+        }
+        false
     }
 }

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# compare.sh: sprout against beanstalkd (or any two beanstalk servers), side by side.
+#
+# Why: this machine is small and shared, so one run of one server says little.
+# The script runs every scenario of the load tool (benches/load.rs) alternately
+# on server A and server B, a fresh server process each time, for several
+# rounds, and reports medians and the A/B ratio of each round (min–max), plus
+# the servers' CPU time per job, which noise on the client side does not move.
+#
+# Usage: benches/compare.sh [options]
+#   --a-cmd CMD     server A (default: this tree's release build of sprout)
+#   --b-cmd CMD     server B (default: /usr/bin/beanstalkd, installed with apt-get if missing)
+#   --rounds N      rounds of A then B per scenario (default 3, at least 3)
+#   --quick         about a fifth of the jobs (a run of about two minutes)
+#   --durable       also run with `-b DIR` (default fsync policy) and `-b DIR -f 0`
+#   --out FILE      keep the raw JSON lines here (default: a temporary file)
+# Each server is started as `CMD -l 127.0.0.1 -p PORT [-b DIR [-f 0]]`, so any
+# beanstalkd-compatible server taking those flags (tuber, another rewrite) can
+# be A or B. Prints a Markdown table.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+a_cmd=""
+b_cmd=/usr/bin/beanstalkd
+rounds=3
+scale=5
+durable=false
+out=""
+
+while (($#)); do
+    case $1 in
+        --a-cmd) a_cmd=$2; shift 2 ;;
+        --b-cmd) b_cmd=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --quick) scale=1; shift ;;
+        --durable) durable=true; shift ;;
+        --out) out=$2; shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+if ((rounds < 3)); then
+    echo "compare.sh: --rounds must be at least 3" >&2
+    exit 2
+fi
+
+cd "$repo"
+if [[ -z $a_cmd ]]; then
+    cargo build --release --quiet
+    a_cmd=$target/release/sprout
+fi
+if [[ $b_cmd == /usr/bin/beanstalkd && ! -x $b_cmd ]]; then
+    apt-get install -y beanstalkd >&2 || { apt-get update >&2 && apt-get install -y beanstalkd >&2; }
+    # Debian starts the service on install; the script starts its own.
+    systemctl stop beanstalkd 2>/dev/null || true
+fi
+load=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+[[ -x $load ]] || { echo "compare.sh: could not build the load tool" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/compare.XXXXXX")
+server_pid=""
+cleanup() {
+    if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+out=${out:-$work/results.jsonl}
+: >"$out"
+
+# A loopback port nothing listens on, below Linux's ephemeral range (32768–).
+free_port() {
+    local port
+    for _ in $(seq 100); do
+        port=$((12000 + RANDOM % 20000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return
+        fi
+    done
+    echo "compare.sh: no free port found" >&2
+    return 1
+}
+
+# start_server CMD EXTRA...: starts it on a free port (three tries, in case
+# another process takes the port first); sets server_pid and port.
+start_server() {
+    local cmd=() try
+    read -ra cmd <<<"$1"
+    shift
+    for try in 1 2 3; do
+        port=$(free_port)
+        "${cmd[@]}" -l 127.0.0.1 -p "$port" "$@" >"$work/server.log" 2>&1 &
+        server_pid=$!
+        for _ in $(seq 100); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return; fi
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        stop_server
+    done
+    echo "compare.sh: server '${cmd[*]} $*' did not start:" >&2
+    cat "$work/server.log" >&2
+    return 1
+}
+
+stop_server() {
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+}
+
+failures=0
+# run MODE LABEL SIDE ROUND LOAD-ARGS...: one fresh server, one load run.
+run() {
+    local mode=$1 label=$2 side=$3 round=$4 cmd extra=()
+    shift 4
+    if [[ $side == A ]]; then cmd=$a_cmd; else cmd=$b_cmd; fi
+    case $mode in
+        durable) extra=(-b "$work/data") ;;
+        fsync0) extra=(-b "$work/data" -f 0) ;;
+    esac
+    rm -rf "$work/data" && mkdir -p "$work/data"
+    start_server "$cmd" "${extra[@]}"
+    local line prefix="{\"mode\":\"$mode\",\"label\":\"$label\",\"side\":\"$side\",\"round\":$round,"
+    if line=$("$load" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" 2>"$work/load.err"); then
+        echo "${line/#\{/$prefix}" >>"$out"
+    else
+        failures=$((failures + 1))
+        echo "compare.sh: $mode $label $side round $round failed: $(cat "$work/load.err")" >&2
+        echo "${prefix}\"error\":$(python3 -c 'import json, sys; print(json.dumps(sys.stdin.read()))' <"$work/load.err")}" >>"$out"
+    fi
+    stop_server
+    printf '.' >&2
+}
+
+# scenario MODE LABEL LOAD-ARGS...: every round, A then B.
+scenario() {
+    local mode=$1 label=$2 round
+    shift 2
+    for round in $(seq "$rounds"); do
+        run "$mode" "$label" A "$round" "$@"
+        run "$mode" "$label" B "$round" "$@"
+    done
+}
+
+k=$((20000 * scale)) # jobs of a quick put; the default run has 5x as many
+echo "A: $a_cmd" >&2
+echo "B: $b_cmd" >&2
+scenario memory "put, 50 conns" put --conns 50 --jobs $((5 * k))
+scenario memory "put, 1 conn pipelined" put --conns 1 --jobs $((5 * k))
+# What a client that waits for each reply (most do) sees.
+scenario memory "put, 50 conns, window 1" put --conns 50 --window 1 --jobs $((5 * k))
+scenario memory "drain, 50 conns" drain --conns 50 --jobs $((5 * k))
+scenario memory "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((2 * k))
+# At full speed the latency is the backlog over the throughput; at a rate both
+# servers sustain it is the servers' own.
+scenario memory "pingpong at 20k jobs/s" pingpong --producers 25 --consumers 25 --jobs $k --rate 20000
+scenario memory "delayed 10k, 1 s" delayed --jobs 10000 --delay 1 --rate 10000
+scenario memory "fill, ready" fill --conns 50 --jobs $((10 * k))
+scenario memory "fill, delayed" fill --conns 50 --jobs $((10 * k)) --delay 3600
+if $durable; then
+    for mode in durable fsync0; do
+        if [[ $mode == fsync0 ]]; then n=$((k / 5)); else n=$((5 * k)); fi
+        scenario $mode "put, 50 conns" put --conns 50 --jobs $n
+        scenario $mode "put, 1 conn pipelined" put --conns 1 --jobs $n
+        scenario $mode "drain, 50 conns" drain --conns 50 --jobs $n
+        scenario $mode "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((n / 2))
+    done
+fi
+echo >&2
+
+python3 - "$out" "$a_cmd" "$b_cmd" <<'EOF'
+import json, statistics, sys
+
+path, a_cmd, b_cmd = sys.argv[1:]
+runs = [json.loads(line) for line in open(path)]
+groups = {}
+for r in runs:
+    groups.setdefault((r["mode"], r["label"]), {}).setdefault(r["side"], {})[r["round"]] = r
+
+def med(rs, key):
+    values = [r[key] for r in rs if key in r]
+    return statistics.median(values) if values else None
+
+def scaled(rs, key, divisor):
+    v = med(rs, key)
+    return None if v is None else v / divisor
+
+def percentiles(rs):
+    keys = ("latency_us_p50", "latency_us_p99", "latency_us_max")
+    return "/".join(fmt(scaled(rs, key, 1e3), 2) for key in keys)
+
+def fmt(v, digits=0):
+    return "–" if v is None else f"{v:,.{digits}f}"
+
+def ratio(rounds_a, rounds_b, key):
+    """Median of A, B, and the A/B ratio with the min–max of per-round ratios."""
+    per = [rounds_a[i][key] / rounds_b[i][key] for i in rounds_a
+           if i in rounds_b and rounds_a[i].get(key) and rounds_b[i].get(key)]
+    if not per:
+        return "–"
+    return f"{statistics.median(per):.2f} ({min(per):.2f}–{max(per):.2f})"
+
+print(f"A = `{a_cmd}`, B = `{b_cmd}`; medians of {max(len(s.get('A', {})) for s in groups.values())} rounds, ratio A/B (min–max of the rounds)\n")
+print("| mode | scenario | A jobs/s | B jobs/s | A/B | A CPU µs/job | B CPU µs/job | A/B CPU | notes |")
+print("|---|---|---:|---:|---|---:|---:|---|---|")
+failed = 0
+for (mode, label), sides in groups.items():
+    a, b = sides.get("A", {}), sides.get("B", {})
+    errors = [r["error"].strip() for s in (a, b) for r in s.values() if "error" in r]
+    failed += len(errors)
+    ok_a = {i: r for i, r in a.items() if "error" not in r}
+    ok_b = {i: r for i, r in b.items() if "error" not in r}
+    ra, rb = list(ok_a.values()), list(ok_b.values())
+    notes = []
+    if any("latency_us_p99" in r for r in ra + rb):
+        what = "lateness" if "delayed" in label else "put→reserve latency"
+        notes.append(f"{what} p50/p99/max ms A {percentiles(ra)}, B {percentiles(rb)}")
+        early = sum(r.get("early", 0) for r in ra + rb)
+        if early:
+            notes.append(f"**{early} early**")
+    if label.startswith("fill"):
+        notes.append(f"peak RSS MB A {fmt(scaled(ra, 'hwm_kb', 1024))}, "
+                     f"B {fmt(scaled(rb, 'hwm_kb', 1024))}; "
+                     f"bytes/job A {fmt(med(ra, 'rss_per_job'))}, B {fmt(med(rb, 'rss_per_job'))} "
+                     f"(A/B {ratio(ok_a, ok_b, 'rss_per_job')})")
+    if errors:
+        notes.append(f"**{len(errors)} failed**: {errors[0][:80]}")
+    print(f"| {mode} | {label} | {fmt(med(ra, 'jobs_per_sec'))} | {fmt(med(rb, 'jobs_per_sec'))} "
+          f"| {ratio(ok_a, ok_b, 'jobs_per_sec')} | {fmt(med(ra, 'cpu_us_per_job'), 2)} "
+          f"| {fmt(med(rb, 'cpu_us_per_job'), 2)} | {ratio(ok_a, ok_b, 'cpu_us_per_job')} | {'; '.join(notes)} |")
+sys.exit(1 if failed else 0)
+EOF

@@ -128,17 +128,21 @@ impl Server {
         // Registered before the first accept: SIGUSR1's default action
         // would kill the process.
         let usr1 = signal(SignalKind::user_defined1())?;
-        let timer = tokio::spawn(timer::run(self.shared.clone()));
+        let timer = timer::spawn(self.shared.clone())?;
         let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
         tokio::select! {
             result = self.accept_loop() => result?,
             _ = shutdown => {}
         }
-        timer.abort();
+        self.shared.alarm.stop();
         drain.abort();
         // Whatever was acknowledged reaches the disk before we exit.
         let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || shared.store.close()).await?;
+        tokio::task::spawn_blocking(move || {
+            let _ = timer.join();
+            shared.store.close();
+        })
+        .await?;
         Ok(())
     }
 
@@ -170,6 +174,37 @@ impl Server {
             self.shared.clone(),
             self.max_job_size,
         ));
+    }
+}
+
+/// Opens in-process connections to a server: each one a `tokio::io::duplex`
+/// pipe served by [`connection::serve`] exactly like an accepted socket,
+/// with the same durability guarantees (the embedded Redis bridge uses it).
+#[derive(Clone)]
+pub struct LocalConnector {
+    shared: Arc<Shared>,
+    max_job_size: u32,
+}
+
+impl LocalConnector {
+    pub fn connect(&self) -> tokio::io::DuplexStream {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(connection::serve(
+            theirs,
+            self.shared.clone(),
+            self.max_job_size,
+        ));
+        ours
+    }
+}
+
+impl Server {
+    /// A connector for in-process clients of this server.
+    pub fn local_connector(&self) -> LocalConnector {
+        LocalConnector {
+            shared: self.shared.clone(),
+            max_job_size: self.max_job_size,
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! [`Shared::lock`] returns a guard that, when dropped, hands the engine's
 //! remaining records to the store, delivers the answers the engine produced
-//! for blocked connections, and wakes the timer task if the earliest deadline
+//! for blocked connections, and wakes the timer thread if the earliest deadline
 //! moved closer. Every engine call goes through it, so no caller can forget
 //! any of the three.
 
@@ -14,10 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use sprout_protocol::Response;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use crate::engine::{Clock, ConnId, Engine, Time};
 use crate::store::{Seq, Store};
+use crate::timer::Alarm;
 
 /// A late answer for a blocked connection, and the store submission it must
 /// not overtake (under `-f 0`, a job handed over by a put is not announced
@@ -31,10 +32,10 @@ pub struct Shared {
     state: Mutex<State>,
     pub clock: Clock,
     pub store: Box<dyn Store>,
-    /// Wakes the timer task early.
-    pub(crate) alarm: Notify,
-    /// When the timer task is set to wake ([`Time::MAX`]: not at all).
-    pub(crate) alarm_at: AtomicU64,
+    /// Wakes the timer thread early.
+    pub alarm: Alarm,
+    /// When the timer thread is set to wake ([`Time::MAX`]: not at all).
+    alarm_at: AtomicU64,
 }
 
 pub struct State {
@@ -54,7 +55,7 @@ impl Shared {
             }),
             clock,
             store,
-            alarm: Notify::new(),
+            alarm: Alarm::default(),
             alarm_at: AtomicU64::new(Time::MAX),
         }
     }
@@ -77,6 +78,11 @@ impl Shared {
         let id = state.engine.connect();
         state.mailboxes.insert(id, tx);
         (id, rx)
+    }
+
+    /// Records when the timer thread will wake next.
+    pub(crate) fn set_alarm_at(&self, at: Time) {
+        self.alarm_at.store(at, Ordering::Release);
     }
 
     pub fn disconnect(&self, id: ConnId) {
@@ -134,7 +140,7 @@ impl Drop for Locked<'_> {
         let next = state.engine.next_deadline().unwrap_or(Time::MAX);
         if next < self.shared.alarm_at.load(Ordering::Acquire) {
             self.shared.alarm_at.store(next, Ordering::Release);
-            self.shared.alarm.notify_one();
+            self.shared.alarm.ring();
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::engine::Record;
 pub mod checkpoint;
 pub mod record;
 pub mod sled;
+mod slots;
 
 /// A submission's place in the store's order. 0 means "nothing to wait for".
 pub type Seq = u64;

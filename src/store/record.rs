@@ -1,13 +1,20 @@
 //! How jobs are laid out in the sled tree.
 //!
-//! One tree, three kinds of key, so one `sled::Batch` (atomic) can carry a
+//! One tree, four kinds of key, so one `sled::Batch` (atomic) can carry a
 //! whole group commit:
-//! - `j` + id (big-endian, so keys sort by id): the job's image without its
-//!   body, rewritten on every change (a few dozen bytes);
-//! - `b` + id: the body, written once by the put and removed by the delete;
+//! - `j` + slot: a job's image (its id included) without its body,
+//!   rewritten on every change (a few dozen bytes);
+//! - `b` + slot: the body, written once by the put and removed by the delete;
 //! - `n`: the next job id to issue, so ids stay above every id ever issued
 //!   even when the newest jobs were deleted before a restart;
 //! - `c`: the number of the last batch (see `checkpoint.rs`).
+//!
+//! Keys are storage slots (see `slots.rs`), not job ids: a queue inserts at
+//! ever higher ids and deletes at the low end, and sled 0.34 never merges the
+//! tree nodes such deletes empty, so id keys made the store grow without
+//! bound under churn (measured: ~15 MiB of disk and ~170 MiB of RSS per
+//! 100k put+delete cycles with 1000 jobs live). Reused slots keep the key
+//! space as small as the number of live jobs.
 //!
 //! An image starts with a format version; anything that does not decode
 //! exactly is reported as corrupt, never guessed at.
@@ -24,31 +31,34 @@ pub const JOB_PREFIX: u8 = b'j';
 pub const BODY_PREFIX: u8 = b'b';
 
 const VERSION: u8 = 1;
-/// Version, state tag, state value, pri, ttr, delay, created, five counters,
-/// tube name length; then the name.
-const FIXED_LEN: usize = 1 + 1 + 8 + 4 + 4 + 4 + 8 + 5 * 4 + 1;
+/// Version, id, state tag, state value, pri, ttr, delay, created, five
+/// counters, tube name length; then the name.
+const FIXED_LEN: usize = 1 + 8 + 1 + 8 + 4 + 4 + 4 + 8 + 5 * 4 + 1;
 
-pub fn job_key(id: JobId) -> [u8; 9] {
-    key(JOB_PREFIX, id)
+/// Where a job is kept in the tree.
+pub type Slot = u32;
+
+pub fn job_key(slot: Slot) -> [u8; 5] {
+    key(JOB_PREFIX, slot)
 }
 
-pub fn body_key(id: JobId) -> [u8; 9] {
-    key(BODY_PREFIX, id)
+pub fn body_key(slot: Slot) -> [u8; 5] {
+    key(BODY_PREFIX, slot)
 }
 
-fn key(prefix: u8, id: JobId) -> [u8; 9] {
-    let mut k = [prefix; 9];
-    k[1..].copy_from_slice(&id.to_be_bytes());
+fn key(prefix: u8, slot: Slot) -> [u8; 5] {
+    let mut k = [prefix; 5];
+    k[1..].copy_from_slice(&slot.to_be_bytes());
     k
 }
 
-/// The id in a `j`/`b` key.
-pub fn key_id(key: &[u8]) -> Result<JobId, Corrupt> {
-    let bytes: [u8; 8] = key
+/// The slot in a `j`/`b` key.
+pub fn key_slot(key: &[u8]) -> Result<Slot, Corrupt> {
+    let bytes: [u8; 4] = key
         .get(1..)
         .and_then(|b| b.try_into().ok())
         .ok_or(Corrupt("a job key of the wrong length"))?;
-    Ok(JobId::from_be_bytes(bytes))
+    Ok(Slot::from_be_bytes(bytes))
 }
 
 /// A stored value that does not decode.
@@ -72,6 +82,7 @@ pub fn encode_meta(image: &JobImage) -> Vec<u8> {
         Stored::Buried(seq) => (3, seq),
     };
     out.push(VERSION);
+    out.extend_from_slice(&image.id.to_le_bytes());
     out.push(tag);
     out.extend_from_slice(&value.to_le_bytes());
     for n in [image.pri, image.ttr, image.delay] {
@@ -93,12 +104,13 @@ pub fn encode_meta(image: &JobImage) -> Vec<u8> {
     out
 }
 
-/// Reads back what [`encode_meta`] wrote, for job `id` with `body`.
-pub fn decode_meta(id: JobId, meta: &[u8], body: bytes::Bytes) -> Result<JobImage, Corrupt> {
+/// Reads back what [`encode_meta`] wrote, for a job with `body`.
+pub fn decode_meta(meta: &[u8], body: bytes::Bytes) -> Result<JobImage, Corrupt> {
     let mut r = Reader(meta);
     if r.u8()? != VERSION {
         return Err(Corrupt("an unknown record version"));
     }
+    let id: JobId = r.u64()?;
     let tag = r.u8()?;
     let value = r.u64()?;
     let state = match tag {
@@ -205,7 +217,7 @@ mod tests {
         ] {
             let original = image(state);
             let meta = encode_meta(&original);
-            let back = decode_meta(42, &meta, original.body.clone()).unwrap();
+            let back = decode_meta(&meta, original.body.clone()).unwrap();
             assert_eq!(back, original);
         }
     }
@@ -216,28 +228,28 @@ mod tests {
         let body = bytes::Bytes::new();
         for cut in 0..meta.len() {
             assert!(
-                decode_meta(1, &meta[..cut], body.clone()).is_err(),
+                decode_meta(&meta[..cut], body.clone()).is_err(),
                 "cut at {cut}"
             );
         }
         let mut longer = meta.clone();
         longer.push(0);
-        assert!(decode_meta(1, &longer, body.clone()).is_err());
+        assert!(decode_meta(&longer, body.clone()).is_err());
         let mut bad_state = meta.clone();
-        bad_state[1] = 9;
+        bad_state[9] = 9;
         assert_eq!(
-            decode_meta(1, &bad_state, body.clone()),
+            decode_meta(&bad_state, body.clone()),
             Err(Corrupt("an unknown job state"))
         );
         let mut bad_version = meta;
         bad_version[0] = 0;
-        assert!(decode_meta(1, &bad_version, body).is_err());
+        assert!(decode_meta(&bad_version, body).is_err());
     }
 
     #[test]
-    fn keys_sort_by_id_and_read_back() {
+    fn keys_sort_by_slot_and_read_back() {
         assert!(job_key(2) < job_key(256));
-        assert_eq!(key_id(&body_key(77)).unwrap(), 77);
-        assert!(key_id(b"j12").is_err());
+        assert_eq!(key_slot(&body_key(77)).unwrap(), 77);
+        assert!(key_slot(b"j12").is_err());
     }
 }

@@ -21,7 +21,6 @@
 //! submission fails at once, and the server refuses new jobs until it is
 //! restarted with room on the disk.
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
@@ -36,6 +35,7 @@ use tokio::sync::watch;
 
 use super::checkpoint::{self, Checkpoint};
 use super::record::{self, Corrupt, BODY_PREFIX, COMMIT_KEY, JOB_PREFIX, NEXT_ID_KEY};
+use super::slots::Slots;
 use super::{Policy, Progress, Seq, Store};
 use crate::engine::{BinlogStats, JobImage, Record, Stored};
 
@@ -62,6 +62,8 @@ pub struct Recovered {
     pub skipped: usize,
     /// The number of the last batch in the store.
     commit: u64,
+    /// Where each job is kept.
+    slots: Slots,
 }
 
 enum Message {
@@ -106,7 +108,7 @@ impl SledStore {
                 ))
             })?;
         let (checkpoint, durable) = Checkpoint::open(dir)?;
-        let recovered = recover(&db, durable, options.salvage).map_err(|e| {
+        let mut recovered = recover(&db, durable, options.salvage).map_err(|e| {
             other(format!(
                 "the store in {} is damaged: {e}; refusing to start so no job is \
                  silently dropped (start with --salvage to keep what can be read)",
@@ -125,7 +127,7 @@ impl SledStore {
             stats,
             healthy: healthy.clone(),
             next_id: recovered.next_id,
-            lost: HashSet::new(),
+            slots: std::mem::take(&mut recovered.slots),
             checkpoint,
             commit: recovered.commit.max(durable),
             broken: None,
@@ -211,33 +213,36 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
         next_id: counter(db, NEXT_ID_KEY)?.max(1),
         skipped: 0,
         commit,
+        slots: Slots::default(),
     };
+    let mut used = Vec::new();
     let mut bodies = db.scan_prefix([BODY_PREFIX]).peekable();
     for item in db.scan_prefix([JOB_PREFIX]) {
         let (key, meta) = item.map_err(|e| e.to_string())?;
-        let decoded = record::key_id(&key).and_then(|id| {
-            // Bodies and images both sort by id: walk them together.
+        let decoded = record::key_slot(&key).and_then(|slot| {
+            // Bodies and images both sort by slot: walk them together.
             let mut body = None;
             while let Some(Ok((bkey, _))) = bodies.peek() {
-                let bid = record::key_id(bkey)?;
-                if bid > id {
+                let bslot = record::key_slot(bkey)?;
+                if bslot > slot {
                     break;
                 }
                 let (_, value) = bodies
                     .next()
                     .expect("peeked")
                     .map_err(|_| Corrupt("an unreadable body"))?;
-                if bid < id {
+                if bslot < slot {
                     return Err(Corrupt("a job body without its job"));
                 }
                 body = Some(Bytes::copy_from_slice(&value));
             }
             let body = body.ok_or(Corrupt("a job without its body"))?;
-            record::decode_meta(id, &meta, body)
+            Ok((slot, record::decode_meta(&meta, body)?))
         });
         match decoded {
-            Ok(image) => {
+            Ok((slot, image)) => {
                 recovered.next_id = recovered.next_id.max(image.id + 1);
+                used.push((image.id, slot));
                 recovered.jobs.push(image);
             }
             Err(e) if salvage => {
@@ -250,6 +255,7 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
     if bodies.next().is_some() && !salvage {
         return Err("a job body without its job".into());
     }
+    recovered.slots = Slots::recovered(used);
     // Buried jobs go last, oldest burial first, so they bury in order.
     recovered.jobs.sort_by_key(|image| match image.state {
         Stored::Buried(seq) => (1, seq),
@@ -268,9 +274,7 @@ struct Writer {
     healthy: Arc<AtomicBool>,
     /// The highest next id written to the store.
     next_id: JobId,
-    /// Jobs whose put failed to be written: later images of them are not
-    /// written either, or the store would hold a job without its body.
-    lost: HashSet<JobId>,
+    slots: Slots,
     checkpoint: Checkpoint,
     /// The number of the last batch applied.
     commit: u64,
@@ -320,9 +324,6 @@ impl Writer {
             }
             if !group.is_empty() {
                 let result = self.commit(&group);
-                if result.is_err() {
-                    self.forget_puts(&group);
-                }
                 if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
                     dirty_since.get_or_insert_with(Instant::now);
                 }
@@ -350,18 +351,21 @@ impl Writer {
             written += 1;
             match record {
                 Record::Put(image) => {
-                    batch.insert(&record::job_key(image.id), record::encode_meta(image));
-                    batch.insert(&record::body_key(image.id), &image.body[..]);
+                    let slot = self.slots.assign(image.id);
+                    batch.insert(&record::job_key(slot), record::encode_meta(image));
+                    batch.insert(&record::body_key(slot), &image.body[..]);
                     next_id = next_id.max(image.id + 1);
                 }
-                Record::Update(image) if !self.lost.contains(&image.id) => {
-                    batch.insert(&record::job_key(image.id), record::encode_meta(image));
+                Record::Update(image) => {
+                    if let Some(slot) = self.slots.get(image.id) {
+                        batch.insert(&record::job_key(slot), record::encode_meta(image));
+                    }
                 }
-                Record::Update(_) => {}
                 Record::Delete(id) => {
-                    batch.remove(&record::job_key(*id));
-                    batch.remove(&record::body_key(*id));
-                    self.lost.remove(id);
+                    if let Some(slot) = self.slots.release(*id) {
+                        batch.remove(&record::job_key(slot));
+                        batch.remove(&record::body_key(slot));
+                    }
                 }
             }
         }
@@ -379,21 +383,6 @@ impl Writer {
             self.make_durable()?;
         }
         Ok(())
-    }
-
-    /// Remembers the puts of a group that failed (see `lost`).
-    fn forget_puts(&mut self, group: &[(Seq, Vec<Record>)]) {
-        for record in group.iter().flat_map(|(_, records)| records) {
-            match record {
-                Record::Put(image) => {
-                    self.lost.insert(image.id);
-                }
-                Record::Delete(id) => {
-                    self.lost.remove(id);
-                }
-                Record::Update(_) => {}
-            }
-        }
     }
 
     fn make_durable(&self) -> io::Result<()> {

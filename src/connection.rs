@@ -31,7 +31,7 @@ use tokio_util::codec::Decoder;
 
 use crate::engine::{ConnId, Outcome};
 use crate::shared::{Letter, Mailbox, Shared};
-use crate::store::Progress;
+use crate::store::{Progress, Seq};
 
 /// Requests decoded ahead of execution, at most.
 const MAX_PENDING: usize = 512;
@@ -41,6 +41,9 @@ const WRITE_HIGH_WATER: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// While parked in `reserve`, stop reading once this much input is queued.
 const PARKED_READ_LIMIT: usize = 64 * 1024;
+/// Without `-f 0`, how many commands' records may wait for the store's
+/// writer before replies wait too (a few milliseconds of its work).
+const MAX_STORE_LAG: Seq = 1024;
 
 /// Serves one client until it quits, hangs up or fails.
 pub async fn serve<S>(stream: S, shared: Arc<Shared>, max_job_size: u32)
@@ -165,15 +168,18 @@ where
 
     /// Writes every answer out, once the store has done what each waits for.
     async fn flush(&mut self, shared: &Shared) -> io::Result<()> {
-        let wait_for = self.answers.iter().map(|&(_, seq)| seq).max().unwrap_or(0);
-        if wait_for > 0 && shared.store.replies_wait() {
-            let progress = self
-                .progress
-                .wait_for(|p| p.done >= wait_for)
-                .await
-                .map_err(|_| io::Error::other("the store stopped"))?
-                .clone();
-            self.fail_unstored(shared, &progress);
+        let newest = self.answers.iter().map(|&(_, seq)| seq).max().unwrap_or(0);
+        if shared.store.replies_wait() {
+            if newest > 0 {
+                let progress = self.store_reaches(newest).await?;
+                self.fail_unstored(shared, &progress);
+            }
+        } else if newest > MAX_STORE_LAG {
+            // Replies do not wait for the disk, but they may not run ahead
+            // of the store's writer by more than a bounded backlog, or a
+            // fast producer would leave acknowledged jobs queued in memory
+            // far longer than `-f MS` promises.
+            self.store_reaches(newest - MAX_STORE_LAG).await?;
         }
         for (response, _) in self.answers.drain(..) {
             encode_response(&response, &mut self.wbuf);
@@ -183,6 +189,16 @@ where
             self.wbuf.clear();
         }
         Ok(())
+    }
+
+    /// Waits until the store has done submission `seq`.
+    async fn store_reaches(&mut self, seq: Seq) -> io::Result<Progress> {
+        Ok(self
+            .progress
+            .wait_for(|p| p.done >= seq)
+            .await
+            .map_err(|_| io::Error::other("the store stopped"))?
+            .clone())
     }
 
     /// Turns the answers whose records the store failed to keep into errors:

@@ -29,12 +29,11 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::checkpoint::{self, Checkpoint};
-use super::record::{self, Corrupt, BODY_PREFIX, COMMIT_KEY, JOB_PREFIX, NEXT_ID_KEY};
+use super::record::{self, COMMIT_KEY, JOB_PREFIX, NEXT_ID_KEY};
 use super::slots::Slots;
 use super::{Policy, Progress, Seq, Store};
 use crate::engine::{BinlogStats, JobImage, Record, Stored};
@@ -216,29 +215,10 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
         slots: Slots::default(),
     };
     let mut used = Vec::new();
-    let mut bodies = db.scan_prefix([BODY_PREFIX]).peekable();
     for item in db.scan_prefix([JOB_PREFIX]) {
-        let (key, meta) = item.map_err(|e| e.to_string())?;
-        let decoded = record::key_slot(&key).and_then(|slot| {
-            // Bodies and images both sort by slot: walk them together.
-            let mut body = None;
-            while let Some(Ok((bkey, _))) = bodies.peek() {
-                let bslot = record::key_slot(bkey)?;
-                if bslot > slot {
-                    break;
-                }
-                let (_, value) = bodies
-                    .next()
-                    .expect("peeked")
-                    .map_err(|_| Corrupt("an unreadable body"))?;
-                if bslot < slot {
-                    return Err(Corrupt("a job body without its job"));
-                }
-                body = Some(Bytes::copy_from_slice(&value));
-            }
-            let body = body.ok_or(Corrupt("a job without its body"))?;
-            Ok((slot, record::decode_meta(&meta, body)?))
-        });
+        let (key, value) = item.map_err(|e| e.to_string())?;
+        let decoded =
+            record::key_slot(&key).and_then(|slot| Ok((slot, record::decode_job(&value)?)));
         match decoded {
             Ok((slot, image)) => {
                 recovered.next_id = recovered.next_id.max(image.id + 1);
@@ -251,9 +231,6 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
             }
             Err(e) => return Err(e.to_string()),
         }
-    }
-    if bodies.next().is_some() && !salvage {
-        return Err("a job body without its job".into());
     }
     recovered.slots = Slots::recovered(used);
     // Buried jobs go last, oldest burial first, so they bury in order.
@@ -352,19 +329,17 @@ impl Writer {
             match record {
                 Record::Put(image) => {
                     let slot = self.slots.assign(image.id);
-                    batch.insert(&record::job_key(slot), record::encode_meta(image));
-                    batch.insert(&record::body_key(slot), &image.body[..]);
+                    batch.insert(&record::job_key(slot), record::encode_job(image));
                     next_id = next_id.max(image.id + 1);
                 }
                 Record::Update(image) => {
                     if let Some(slot) = self.slots.get(image.id) {
-                        batch.insert(&record::job_key(slot), record::encode_meta(image));
+                        batch.insert(&record::job_key(slot), record::encode_job(image));
                     }
                 }
                 Record::Delete(id) => {
                     if let Some(slot) = self.slots.release(*id) {
                         batch.remove(&record::job_key(slot));
-                        batch.remove(&record::body_key(slot));
                     }
                 }
             }

@@ -8,9 +8,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, Parser, Subcommand};
 use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 
+use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
 use crate::store::Policy;
 
 /// beanstalkd's default binlog file size (`-s`), reported by `stats`.
@@ -96,6 +97,21 @@ pub struct Args {
     /// Print the version and exit.
     #[arg(short = 'v', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
+
+    /// The Redis TTL bridge run inside the server (`--redis-bridge …`).
+    #[command(flatten, next_help_heading = "Embedded Redis TTL bridge")]
+    pub bridge: EmbeddedArgs,
+
+    /// Without a subcommand, sprout serves.
+    #[command(subcommand)]
+    pub command: Option<Mode>,
+}
+
+/// What the binary runs instead of the server.
+#[derive(Debug, Subcommand)]
+pub enum Mode {
+    /// Turn Redis key expiries into jobs on a beanstalk server.
+    Bridge(BridgeArgs),
 }
 
 impl Args {

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use sprout::cli::Args;
+use sprout::bridge::{self, config::BridgeArgs};
+use sprout::cli::{Args, Mode};
 use sprout::server::{self, Listener, Server};
 use tracing_subscriber::EnvFilter;
 
@@ -17,7 +18,27 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail("cannot start the runtime", e),
     };
-    runtime.block_on(serve(args))
+    match args.command {
+        Some(Mode::Bridge(ref bridge)) => runtime.block_on(run_bridge(bridge)),
+        None => runtime.block_on(serve(args)),
+    }
+}
+
+/// `sprout bridge …`: the Redis TTL bridge as its own process.
+async fn run_bridge(args: &BridgeArgs) -> ExitCode {
+    let config = match bridge::config::Config::from_args(args) {
+        Ok(config) => config,
+        Err(e) => return fail("bridge", std::io::Error::other(e)),
+    };
+    let shutdown = match server::termination() {
+        Ok(s) => s,
+        Err(e) => return fail("cannot handle signals", e),
+    };
+    let connector = bridge::server_side::Connector::Tcp(args.server.clone());
+    match bridge::run(config, connector, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail("bridge failed", e),
+    }
 }
 
 async fn serve(args: Args) -> ExitCode {
@@ -51,10 +72,23 @@ async fn serve(args: Args) -> ExitCode {
         args.listen,
         args.port
     );
+    let embedded = bridge::config::Config::from_embedded(&args.bridge, args.binlog_dir.as_deref());
+    let embedded = match embedded.transpose() {
+        Ok(config) => config,
+        Err(e) => return fail("--redis-bridge", std::io::Error::other(e)),
+    };
     let server = match Server::open(listener, &args) {
         Ok(server) => server,
         Err(e) => return fail("cannot start", e),
     };
+    if let Some(config) = embedded {
+        let connector = bridge::server_side::Connector::Local(server.local_connector());
+        tokio::spawn(async move {
+            if let Err(e) = bridge::run(config, connector, std::future::pending()).await {
+                tracing::error!(error = %e, "the embedded Redis bridge stopped");
+            }
+        });
+    }
     match server.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("server failed", e),

@@ -1,0 +1,138 @@
+//! The two job bodies the bridge writes.
+//!
+//! A **timer** (internal tube) carries everything needed to fire without
+//! the index: the node, the key, its exact expiry and, with `--with-value`,
+//! the value captured while the key lived. Redis keys and values are binary,
+//! so the timer body is a small binary-safe frame rather than JSON:
+//! `T1 <node> <db> <expire_at_ms> <key_len> <V|N>\n<key>[<value>]`, where
+//! `V` means the bytes after the key are the captured value.
+//!
+//! A **delivery** (the user's tube) is JSON `{"key", "db", "expire_at_ms",
+//! "fired_at_ms"[, "value"]}`. JSON strings are text: a key or value that
+//! is not UTF-8 is delivered with U+FFFD in place of its invalid bytes.
+
+use serde_json::json;
+
+/// One pending expiry, as stored in a timer job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Timer {
+    /// Index of the Redis node (position of its `--redis` URL).
+    pub node: u16,
+    pub db: i64,
+    pub key: Vec<u8>,
+    pub expire_at_ms: i64,
+    pub value: Option<Vec<u8>>,
+}
+
+impl Timer {
+    pub fn encode(&self) -> Vec<u8> {
+        let flag = if self.value.is_some() { 'V' } else { 'N' };
+        let mut out = format!(
+            "T1 {} {} {} {} {flag}\n",
+            self.node,
+            self.db,
+            self.expire_at_ms,
+            self.key.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&self.key);
+        if let Some(value) = &self.value {
+            out.extend_from_slice(value);
+        }
+        out
+    }
+
+    /// `None` for anything that is not a timer this bridge wrote.
+    pub fn decode(body: &[u8]) -> Option<Timer> {
+        let nl = body.iter().position(|&b| b == b'\n')?;
+        let head = std::str::from_utf8(&body[..nl]).ok()?;
+        let rest = &body[nl + 1..];
+        let mut f = head.split(' ');
+        if f.next()? != "T1" {
+            return None;
+        }
+        let node = f.next()?.parse().ok()?;
+        let db = f.next()?.parse().ok()?;
+        let expire_at_ms = f.next()?.parse().ok()?;
+        let key_len: usize = f.next()?.parse().ok()?;
+        let has_value = match f.next()? {
+            "V" => true,
+            "N" => false,
+            _ => return None,
+        };
+        if f.next().is_some() || rest.len() < key_len || (!has_value && rest.len() != key_len) {
+            return None;
+        }
+        let (key, value) = rest.split_at(key_len);
+        Some(Timer {
+            node,
+            db,
+            key: key.to_vec(),
+            expire_at_ms,
+            value: has_value.then(|| value.to_vec()),
+        })
+    }
+
+    /// The body of the job delivered when this timer fires.
+    pub fn delivery(&self, fired_at_ms: i64) -> Vec<u8> {
+        let mut body = json!({
+            "key": String::from_utf8_lossy(&self.key),
+            "db": self.db,
+            "expire_at_ms": self.expire_at_ms,
+            "fired_at_ms": fired_at_ms,
+        });
+        if let Some(value) = &self.value {
+            body["value"] = json!(String::from_utf8_lossy(value));
+        }
+        body.to_string().into_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timer(value: Option<&[u8]>) -> Timer {
+        Timer {
+            node: 2,
+            db: 5,
+            key: b"dev\n:\"42\xff".to_vec(),
+            expire_at_ms: 1_700_000_000_123,
+            value: value.map(<[u8]>::to_vec),
+        }
+    }
+
+    #[test]
+    fn timer_round_trips_binary_keys_and_values() {
+        for t in [timer(None), timer(Some(b"")), timer(Some(b"on\r\nline"))] {
+            assert_eq!(Timer::decode(&t.encode()), Some(t));
+        }
+    }
+
+    #[test]
+    fn foreign_bodies_are_rejected() {
+        for body in [
+            &b""[..],
+            b"hello",
+            b"T1 0 0 1 3 N\nab",
+            b"T1 0 0 1 1 X\na",
+            b"T2 0 0 1 1 N\na",
+        ] {
+            assert_eq!(Timer::decode(body), None, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn delivery_is_json() {
+        let t = Timer {
+            key: b"device:42".to_vec(),
+            ..timer(Some(b"online"))
+        };
+        let v: serde_json::Value = serde_json::from_slice(&t.delivery(9)).unwrap();
+        assert_eq!(v["key"], "device:42");
+        assert_eq!(v["db"], 5);
+        assert_eq!(v["expire_at_ms"], 1_700_000_000_123_i64);
+        assert_eq!(v["fired_at_ms"], 9);
+        assert_eq!(v["value"], "online");
+    }
+}

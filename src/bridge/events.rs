@@ -1,0 +1,102 @@
+//! Keyspace events: one pub/sub connection per node, subscribed with
+//! `PSUBSCRIBE __keyspace@DB__:PATTERN` for each `--match` (Redis filters
+//! the keys), every event queued as a sync of its key. The event name only
+//! matters for `expired` (the timer delivers); everything else is re-read
+//! from Redis with `PEXPIRETIME`, so events need no interpretation.
+//!
+//! Before each (re)subscription the needed `notify-keyspace-events` classes
+//! are switched on (a restarted Redis forgets them). After a lost
+//! connection the node is reconciled, since events sent meanwhile are lost;
+//! so is it after the first subscription (reconciliation waits for it).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use super::config::Node;
+use super::reconcile::Triggers;
+use super::redis_side::Redis;
+use super::registry::Hint;
+use super::sync::{Queue, Work};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Follows node `node`'s events forever.
+pub async fn run(
+    index: u16,
+    node: Node,
+    mut redis: Redis,
+    patterns: Vec<String>,
+    queue: Queue,
+    triggers: Triggers,
+) {
+    let prefix = format!("__keyspace@{}__:", node.db());
+    let mut backoff = BACKOFF_MIN;
+    let mut first = true;
+    loop {
+        let subscribed = match redis.enable_notifications().await {
+            Ok(missing) => {
+                if !missing.is_empty() {
+                    tracing::warn!(
+                        node = %node.url,
+                        "could not enable keyspace event classes {missing:?} \
+                         (notify-keyspace-events): TTL changes they announce are \
+                         only seen by SCAN every --scan-interval"
+                    );
+                }
+                subscribe(&node, &prefix, &patterns).await
+            }
+            Err(e) => Err(e),
+        };
+        match subscribed {
+            Ok(pubsub) => {
+                // Reconcile once subscribed, so no change falls between the
+                // SCAN and the first event.
+                if !first {
+                    tracing::info!(node = %node.url, "resubscribed; reconciling");
+                }
+                first = false;
+                triggers.node(index);
+                backoff = BACKOFF_MIN;
+                let mut messages = pubsub.into_on_message();
+                while let Some(msg) = messages.next().await {
+                    let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
+                    let Some(key) = channel.strip_prefix(prefix.as_bytes()) else {
+                        continue;
+                    };
+                    let event: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    let hint = Hint {
+                        expired: event == b"expired",
+                        verify: false,
+                    };
+                    let work = Work {
+                        node: index,
+                        key: key.to_vec(),
+                        hint,
+                    };
+                    queue.push(work).await;
+                }
+                tracing::warn!(node = %node.url, "lost the keyspace event connection");
+            }
+            Err(e) => {
+                tracing::warn!(node = %node.url, error = %e, "cannot subscribe to keyspace events")
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn subscribe(
+    node: &Node,
+    prefix: &str,
+    patterns: &[String],
+) -> redis::RedisResult<redis::aio::PubSub> {
+    let client = redis::Client::open(node.info.clone())?;
+    let mut pubsub = client.get_async_pubsub().await?;
+    for pattern in patterns {
+        pubsub.psubscribe(format!("{prefix}{pattern}")).await?;
+    }
+    Ok(pubsub)
+}

@@ -1,0 +1,195 @@
+//! The Redis TTL bridge: every expiry of a watched Redis key becomes an
+//! on-time, durable job in a beanstalk tube.
+//!
+//! Why not Redis's own `expired` notifications: they are fire-and-forget
+//! (a subscriber that is away loses them for good), they fire when Redis
+//! gets around to deleting the key rather than at the TTL (seconds late
+//! with many volatile keys), and they must be switched on. So the bridge
+//! only uses events to *learn* TTLs, and keeps each pending expiry where
+//! it survives crashes: in the job server, as a delayed timer job.
+//!
+//! How, module by module:
+//! * [`config`]: the flags (subcommand and embedded mode), validated once.
+//! * [`events`]: keyspace events per node, each queued as a key to sync.
+//! * [`reconcile`]: `SCAN MATCH` at start, periodically and after lost
+//!   connections; the only source with `--no-pubsub`.
+//! * [`sync`]: the queue of keys and its workers.
+//! * [`registry`]: the per-key decisions (sync a TTL, fire a timer), taken
+//!   under a per-key lock from what Redis says at that moment.
+//! * [`fire`]: workers reserving due timers from `bridge-timers.TUBE`.
+//! * [`index`]: the small durable index (sled, under `--state-dir`): key →
+//!   (expiry, current timer id).
+//! * [`body`]: the timer and delivery job bodies.
+//! * [`redis_side`], [`server_side`]: the two connections and their quirks.
+//!
+//! Guarantees: never early (a timer fires only once Redis reports the key
+//! gone; otherwise it moves), never lost (timers are durable in a server
+//! run with `-b`; the delivery is put before the timer is deleted), one
+//! pending timer per key (after a crash briefly two: the superseded one is
+//! dropped when due, see [`registry`]). Duplicates only across a crash, or a
+//! connection lost between delivering and deleting a timer, and then with
+//! the same key and `expire_at_ms`.
+//!
+//! Two decisions that differ from a plain reading of the design:
+//! * SCAN reconciliation syncs keys one by one over [`sync::WORKERS`]
+//!   parallel workers instead of pipelining `PEXPIRETIME`: each sync must
+//!   read Redis *under the key's lock* (a value read before a concurrent
+//!   firing could re-register a key that just fired, and deliver it twice),
+//!   and locking a whole pipelined batch would stall the firing workers.
+//! * A key that disappears before its deadline (DEL, RENAME away, MOVE,
+//!   eviction) is cancelled; one that disappears at or after it (within
+//!   50 ms of slack for clock skew) is left to its timer, which delivers it.
+//!   That needs no interpretation of event names beyond `expired`.
+//!
+//! * The index is a sled tree, not a Redis hash: the bridge never writes to
+//!   the application's keyspace (which may sit behind a read-only proxy),
+//!   and the index must outlive a Redis restart. It is allowed to lag (it
+//!   is flushed every 100 ms, not per write): Redis is asked before any
+//!   decision, and job ids, which only grow, tell which timer is newer.
+//!
+//! Embedded mode (`sprout --redis-bridge …`) runs the very same [`run`]
+//! with a [`server_side::Connector::Local`]: its connections are in-process
+//! pipes served by the server's own connection code, so it has the same
+//! guarantees without the TCP hop.
+//!
+//! Needs Redis ≥ 7.0 (`PEXPIRETIME`).
+
+pub mod body;
+pub mod config;
+pub mod events;
+pub mod fire;
+pub mod index;
+pub mod reconcile;
+pub mod redis_side;
+pub mod registry;
+pub mod server_side;
+pub mod sync;
+
+use std::future::Future;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::Config;
+use index::Index;
+use reconcile::Triggers;
+use redis_side::Redis;
+use registry::{Delivery, Registry};
+use server_side::{Connector, Flavour, Session};
+
+/// The current Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Runs the bridge until `shutdown` completes (or forever). Fails only if
+/// its index cannot be opened; lost connections are retried.
+pub async fn run(
+    config: Config,
+    connector: Connector,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let index = Index::open(&config.state_dir)?;
+    tracing::info!(
+        keys = index.len(),
+        "bridge index open in {}",
+        config.state_dir.display()
+    );
+    let triggers = Triggers::new(config.nodes.len());
+    let timer_tube = config.timer_tube.as_str();
+    let session = |uses: &str, watches: Option<&str>| {
+        Session::new(connector.clone(), uses, watches, triggers.clone())
+    };
+    let flavour = detect_flavour(&mut session(timer_tube, None)).await;
+    let mut redis = Vec::new();
+    for node in &config.nodes {
+        redis.push(connect_redis(node).await);
+    }
+    let registry = Arc::new(Registry::new(
+        index.clone(),
+        redis.clone(),
+        config.nodes.iter().map(config::Node::db).collect(),
+        flavour,
+        config.with_value,
+        config.delete_on_fire,
+        Delivery {
+            pri: config.pri,
+            ttr: config.ttr,
+        },
+    ));
+    let queue = sync::Queue::start(registry.clone(), || session(timer_tube, None));
+    for _ in 0..fire::WORKERS {
+        let timers = session(timer_tube, Some(timer_tube));
+        let out = session(config.tube.as_str(), None);
+        tokio::spawn(fire::work(registry.clone(), timers, out));
+    }
+    for (i, (node, redis)) in config.nodes.iter().zip(redis).enumerate() {
+        let i = i as u16;
+        if config.pubsub {
+            tokio::spawn(events::run(
+                i,
+                node.clone(),
+                redis.clone(),
+                config.patterns.clone(),
+                queue.clone(),
+                triggers.clone(),
+            ));
+        }
+        tokio::spawn(reconcile::run(
+            i,
+            redis,
+            config.patterns.clone(),
+            config.scan_interval,
+            queue.clone(),
+            triggers.clone(),
+            config.pubsub,
+        ));
+    }
+    tracing::info!(
+        tube = config.tube.as_str(),
+        timers = timer_tube,
+        nodes = config.nodes.len(),
+        pubsub = config.pubsub,
+        "bridge running"
+    );
+    shutdown.await;
+    index.flush()
+}
+
+async fn detect_flavour(session: &mut Session) -> Flavour {
+    loop {
+        match Flavour::detect(session.conn().await).await {
+            Ok(Flavour::Sprout) => {
+                tracing::info!("the job server takes fractional delays: timers to the millisecond");
+                return Flavour::Sprout;
+            }
+            Ok(Flavour::Classic) => {
+                tracing::warn!(
+                    "the job server takes whole seconds only (classic beanstalkd): \
+                     timer delays are rounded up, so jobs arrive up to 1 s after the expiry"
+                );
+                return Flavour::Classic;
+            }
+            Err(e) => {
+                session.failed(&e);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+async fn connect_redis(node: &config::Node) -> Redis {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match Redis::connect(node).await {
+            Ok(redis) => return redis,
+            Err(e) => {
+                tracing::warn!(node = %node.url, error = %e, "cannot connect to Redis; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

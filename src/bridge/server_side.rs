@@ -1,0 +1,189 @@
+//! The bridge's connections to the job server: over TCP (`sprout bridge
+//! --server`) or in-process (embedded mode, through the server's
+//! [`LocalConnector`]), reconnecting with backoff when one is lost.
+//!
+//! Also the server's *flavour*: sprout takes fractional delays, so timers
+//! are set to the millisecond; a classic beanstalkd only takes whole
+//! seconds, so delays are rounded up (never early). It is detected without
+//! side effects: `pause-tube <a tube that cannot exist> 0.5` answers
+//! NOT_FOUND on sprout (the fraction parses, the tube is missing) and
+//! BAD_FORMAT on beanstalkd.
+
+use std::time::Duration;
+
+use sprout_protocol::Response;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::reconcile::Triggers;
+use crate::client::{self, Client};
+use crate::server::LocalConnector;
+
+/// A byte stream to the server, whatever its kind.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+pub type Conn = Client<Box<dyn Stream>>;
+
+/// How the bridge reaches the server.
+#[derive(Clone)]
+pub enum Connector {
+    Tcp(String),
+    Local(LocalConnector),
+}
+
+impl Connector {
+    async fn connect(&self) -> client::Result<Conn> {
+        match self {
+            Connector::Tcp(addr) => {
+                let stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                stream.set_nodelay(true)?;
+                Ok(Client::new(Box::new(stream)))
+            }
+            Connector::Local(local) => Ok(Client::new(Box::new(local.connect()))),
+        }
+    }
+}
+
+/// Which delays the server understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    /// Fractional seconds: delays to the millisecond.
+    Sprout,
+    /// Whole seconds only.
+    Classic,
+}
+
+impl Flavour {
+    /// Asks the server, without side effects.
+    pub async fn detect(conn: &mut Conn) -> client::Result<Flavour> {
+        let probe = format!("bridge-probe.{}", std::process::id());
+        let probe = format!("{probe}.{}", "-".repeat(150 - probe.len()));
+        match conn.pause_tube(&probe, Duration::from_millis(500)).await {
+            Err(client::Error::Reply(Response::BadFormat)) => Ok(Flavour::Classic),
+            Ok(()) | Err(client::Error::Reply(_)) => Ok(Flavour::Sprout),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The delay that makes a job ready at `at_ms` (Unix ms), never
+    /// earlier, seen from `now_ms`.
+    pub fn delay(self, at_ms: i64, now_ms: i64) -> Duration {
+        let ms = at_ms.saturating_sub(now_ms).max(0) as u64;
+        match self {
+            Flavour::Sprout => Duration::from_millis(ms),
+            Flavour::Classic => Duration::from_secs(ms.div_ceil(1000)),
+        }
+    }
+}
+
+/// One logical connection that survives the loss of the real one: it
+/// reconnects (with backoff) on demand and sets its tubes up again.
+pub struct Session {
+    connector: Connector,
+    /// The tube `put` goes to.
+    uses: String,
+    /// The tube `reserve` takes from, if any (`default` is then ignored).
+    watches: Option<String>,
+    conn: Option<Conn>,
+    /// Told whenever a lost connection is replaced (a server restarted
+    /// without `-b` may have lost timers: reconcile and verify).
+    reconnected: Triggers,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+impl Session {
+    pub fn new(
+        connector: Connector,
+        uses: &str,
+        watches: Option<&str>,
+        reconnected: Triggers,
+    ) -> Session {
+        Session {
+            connector,
+            uses: uses.to_owned(),
+            watches: watches.map(str::to_owned),
+            conn: None,
+            reconnected,
+        }
+    }
+
+    /// The connection, (re)connecting first if needed; retries until the
+    /// server answers.
+    pub async fn conn(&mut self) -> &mut Conn {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => self.reconnect().await,
+        };
+        self.conn.insert(conn)
+    }
+
+    async fn reconnect(&mut self) -> Conn {
+        let mut backoff = BACKOFF_MIN;
+        let mut lost = false;
+        loop {
+            match self.open().await {
+                Ok(conn) => {
+                    if lost {
+                        tracing::info!("reconnected to the job server");
+                    }
+                    return conn;
+                }
+                Err(e) => {
+                    if !lost {
+                        tracing::warn!(error = %e, "cannot reach the job server; retrying");
+                    }
+                    lost = true;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    async fn open(&mut self) -> client::Result<Conn> {
+        let mut conn = self.connector.connect().await?;
+        conn.use_tube(&self.uses).await?;
+        if let Some(tube) = &self.watches {
+            conn.watch(tube).await?;
+            conn.ignore("default").await?;
+        }
+        Ok(conn)
+    }
+
+    /// Looks at an error from the connection: a lost connection is dropped
+    /// (the next [`Session::conn`] reconnects) and `true` returned; a reply
+    /// error (NOT_FOUND, …) leaves the connection alone and returns `false`.
+    pub fn failed(&mut self, error: &client::Error) -> bool {
+        if matches!(error, client::Error::Reply(_)) {
+            return false;
+        }
+        tracing::warn!(error = %error, "lost the job server connection");
+        self.reset();
+        self.reconnected.all();
+        true
+    }
+
+    /// Drops the connection; the next [`Session::conn`] opens a new one.
+    pub fn reset(&mut self) {
+        self.conn = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_are_never_early() {
+        assert_eq!(
+            Flavour::Sprout.delay(1_250, 1_000),
+            Duration::from_millis(250)
+        );
+        assert_eq!(Flavour::Classic.delay(1_250, 1_000), Duration::from_secs(1));
+        assert_eq!(Flavour::Classic.delay(3_000, 1_000), Duration::from_secs(2));
+        assert_eq!(Flavour::Classic.delay(3_001, 1_000), Duration::from_secs(3));
+        assert_eq!(Flavour::Sprout.delay(500, 1_000), Duration::ZERO);
+    }
+}

@@ -1,0 +1,337 @@
+//! Harness for the Redis TTL bridge tests: a real `redis-server` per test
+//! on a free port, the real `sprout bridge` process, and a worker that
+//! reads delivered jobs with the time each arrived.
+//!
+//! Without `redis-server` on the PATH the tests print a note and pass,
+//! except under CI (`CI=true`), where that is a failure: `.ci/run` installs
+//! it.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::common::{sprout_only, Client, TempDir, TestServer};
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// Whether the bridge tests can run here; prints why not.
+pub fn can_run(test: &str) -> bool {
+    if !sprout_only(test) {
+        return false;
+    }
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test}: redis-server is not installed (.ci/run installs it)");
+        }
+        eprintln!("skipping {test}: redis-server is not installed");
+    }
+    found
+}
+
+/// A `redis-server` on a free port, without persistence; killed on drop.
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    client: redis::Client,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_on(TestServer::free_port())
+    }
+
+    /// Starts one on `port` (to restart a killed one in its place).
+    pub fn start_on(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0")).expect("url");
+        let redis = Redis {
+            child,
+            port,
+            client,
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while redis.client.get_connection().is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            thread::sleep(Duration::from_millis(10));
+        }
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        self.client.get_connection().expect("connect to redis")
+    }
+
+    /// Runs one command given as words.
+    #[track_caller]
+    pub fn run<T: redis::FromRedisValue>(&self, words: &[&str]) -> T {
+        redis::cmd(words[0])
+            .arg(&words[1..])
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("{words:?}: {e}"))
+    }
+
+    /// `SET key value PX ms`; returns the expiry Redis recorded.
+    pub fn set_px(&self, key: &str, value: &str, ms: u64) -> i64 {
+        let _: () = self.run(&["SET", key, value, "PX", &ms.to_string()]);
+        self.run(&["PEXPIRETIME", key])
+    }
+}
+
+impl Redis {
+    /// SIGKILLs the server and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A `sprout bridge` process; killed (SIGKILL) on drop.
+pub struct Bridge {
+    child: Child,
+    logs: TempDir,
+}
+
+impl Bridge {
+    /// Starts `sprout bridge` with `args` (after the subcommand) and waits
+    /// until its first reconciliation is done (events are followed by then).
+    pub fn start(args: &[String]) -> Bridge {
+        let logs = TempDir::new();
+        let stderr = std::fs::File::create(logs.path().join("stderr")).expect("stderr file");
+        let child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+            .arg("bridge")
+            .args(args)
+            .env("RUST_LOG", "sprout=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn sprout bridge");
+        let mut bridge = Bridge { child, logs };
+        bridge.wait_log("reconciled");
+        bridge
+    }
+
+    /// Waits (5 s at most) for `needle` in the bridge's log.
+    #[track_caller]
+    pub fn wait_log(&mut self, needle: &str) {
+        wait_for_log(&self.logs.path().join("stderr"), needle, || {
+            self.child.try_wait().ok().flatten().map(|s| s.to_string())
+        });
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Waits up to 5 s for `needle` in the file at `path`; `exited` says
+/// whether (and how) the process wrote its last.
+#[track_caller]
+fn wait_for_log(path: &Path, needle: &str, mut exited: impl FnMut() -> Option<String>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if log.contains(needle) {
+            return;
+        }
+        if let Some(status) = exited() {
+            panic!("process exited ({status}) before logging {needle:?}: {log}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the log within 5 s: {log}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The usual bridge arguments.
+pub fn bridge_args(
+    redis: &Redis,
+    server_port: u16,
+    tube: &str,
+    patterns: &[&str],
+    state: &Path,
+) -> Vec<String> {
+    let mut args = vec![
+        "--redis".to_string(),
+        redis.url(),
+        "--server".into(),
+        format!("127.0.0.1:{server_port}"),
+        "--tube".into(),
+        tube.into(),
+        "--state-dir".into(),
+        state.display().to_string(),
+    ];
+    for p in patterns {
+        args.push("--match".into());
+        args.push((*p).into());
+    }
+    args
+}
+
+/// A delivered job, decoded.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub key: String,
+    pub db: i64,
+    pub expire_at_ms: i64,
+    pub fired_at_ms: i64,
+    pub value: Option<String>,
+    /// When the worker got it.
+    pub received_ms: i64,
+}
+
+/// A worker on the delivery tube: reserves, decodes and deletes.
+pub struct Worker {
+    client: Client,
+}
+
+impl Worker {
+    pub fn new(server_port: u16, tube: &str) -> Worker {
+        let mut client = Client::tcp(server_port);
+        client.send(format!("watch {tube}\r\n").as_bytes());
+        client.expect(b"WATCHING 2\r\n");
+        Worker { client }
+    }
+
+    /// The next delivery within `timeout`, if any.
+    #[track_caller]
+    pub fn next(&mut self, timeout: Duration) -> Option<Delivered> {
+        let secs = format!("{:.3}", timeout.as_secs_f64());
+        self.client
+            .send(format!("reserve-with-timeout {secs}\r\n").as_bytes());
+        let line = self
+            .client
+            .expect_line_within(timeout + Duration::from_secs(5));
+        if line == "TIMED_OUT" {
+            return None;
+        }
+        let received_ms = now_ms();
+        let mut parts = line.split(' ');
+        let (Some("RESERVED"), Some(id), Some(len)) = (parts.next(), parts.next(), parts.next())
+        else {
+            panic!("expected RESERVED, got {line:?}");
+        };
+        let len: usize = len.parse().expect("length");
+        let body = self.client.read_exact_bytes(len);
+        self.client.expect(b"\r\n");
+        self.client.send(format!("delete {id}\r\n").as_bytes());
+        self.client.expect(b"DELETED\r\n");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+        Some(Delivered {
+            key: v["key"].as_str().expect("key").to_owned(),
+            db: v["db"].as_i64().expect("db"),
+            expire_at_ms: v["expire_at_ms"].as_i64().expect("expire_at_ms"),
+            fired_at_ms: v["fired_at_ms"].as_i64().expect("fired_at_ms"),
+            value: v["value"].as_str().map(str::to_owned),
+            received_ms,
+        })
+    }
+
+    /// Every delivery until none comes for `quiet`.
+    pub fn drain(&mut self, quiet: Duration) -> Vec<Delivered> {
+        std::iter::from_fn(|| self.next(quiet)).collect()
+    }
+
+    /// `stats-tube` value (the tube must exist).
+    pub fn tube_stat(&mut self, tube: &str, key: &str) -> String {
+        self.client.tube_stat(tube, key)
+    }
+}
+
+/// Asserts a delivery was not early and at most `max_late_ms` late.
+#[track_caller]
+pub fn assert_on_time(d: &Delivered, max_late_ms: i64) {
+    assert!(
+        d.fired_at_ms >= d.expire_at_ms && d.received_ms >= d.expire_at_ms,
+        "early: {d:?}"
+    );
+    let late = d.received_ms - d.expire_at_ms;
+    assert!(late <= max_late_ms, "{late} ms late: {d:?}");
+}
+
+/// Everything one bridge test needs: Redis, a sprout server, the bridge,
+/// a worker, and the state dir.
+pub struct Setup {
+    pub redis: Redis,
+    pub server: TestServer,
+    pub bridge: Bridge,
+    pub worker: Worker,
+    pub state: TempDir,
+    pub tube: String,
+}
+
+impl Setup {
+    /// Server in memory, bridge on `patterns`, plus `extra` bridge args.
+    pub fn start(patterns: &[&str], extra: &[&str]) -> Setup {
+        let redis = Redis::start();
+        let server = TestServer::start(&[]);
+        Setup::with(redis, server, patterns, extra)
+    }
+
+    pub fn with(redis: Redis, server: TestServer, patterns: &[&str], extra: &[&str]) -> Setup {
+        let state = TempDir::new();
+        let tube = "offline".to_string();
+        let mut args = bridge_args(&redis, server.port(), &tube, patterns, state.path());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let bridge = Bridge::start(&args);
+        let worker = Worker::new(server.port(), &tube);
+        Setup {
+            redis,
+            server,
+            bridge,
+            worker,
+            state,
+            tube,
+        }
+    }
+
+    /// The arguments the bridge was started with (to restart it).
+    pub fn bridge_args(&self, patterns: &[&str]) -> Vec<String> {
+        bridge_args(
+            &self.redis,
+            self.server.port(),
+            &self.tube,
+            patterns,
+            self.state.path(),
+        )
+    }
+}

@@ -100,9 +100,14 @@ impl SledStore {
             })
             .open()
             .map_err(|e| {
+                // sled reports its file lock only in the message text.
+                let hint = if e.to_string().contains("acquire lock") {
+                    "is another sprout using this directory?"
+                } else {
+                    "if it is damaged, move it aside; sled cannot open it even to salvage"
+                };
                 other(format!(
-                    "cannot open the store in {}: {e} (if it is damaged, move it \
-                     aside; sled cannot open it even to salvage)",
+                    "cannot open the store in {}: {e} ({hint})",
                     dir.display()
                 ))
             })?;

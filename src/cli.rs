@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(short = 'F', long = "no-fsync")]
     pub no_fsync: bool,
 
-    /// Size hint for the store's log files, in bytes (reported as binlog-max-size).
+    /// Accepted for compatibility and reported as binlog-max-size (sled sizes its own files).
     #[arg(short = 's', long = "binlog-size", value_name = "BYTES", default_value_t = DEFAULT_BINLOG_SIZE)]
     pub binlog_size: u64,
 

@@ -1,8 +1,14 @@
-//! The firing workers: each blocks in `reserve` on the timer tube and hands
-//! every due timer to [`Registry::fire`]. Several run at once, each with
-//! its own connections, so deliveries due together go out in parallel.
+//! The firing workers: each blocks in `reserve` on the timer tube, then
+//! takes every other timer already due (pipelined `reserve-with-timeout
+//! 0`, up to [`BATCH`]) and hands them to [`Registry::fire`] together.
+//! Several run at once, each with its own connections, so deliveries due
+//! together go out in parallel.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
+
+use sprout_protocol::{Command, Response};
 
 use super::body::Timer;
 use super::registry::{Due, Failure, Registry};
@@ -10,42 +16,88 @@ use super::server_side::Session;
 use super::sync::{recover, RETRY_PAUSE};
 
 /// Workers reserving due timers.
-pub const WORKERS: usize = 16;
+pub const WORKERS: usize = 4;
+/// Timers a worker fires together at most.
+pub const BATCH: usize = 256;
+/// `reserve-with-timeout 0` sent in the first pipeline after a reserve.
+const GRAB_FIRST: usize = 2;
 
 /// Runs one worker: `timers` watches and uses the timer tube, `out` uses
 /// the delivery tube.
 pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session) {
     loop {
-        let job = match timers.conn().await.reserve().await {
-            Ok(job) => job,
+        let mut dues = match reserve(&mut timers).await {
+            Ok(dues) => dues,
             Err(e) => {
                 recover(&mut timers, e.into()).await;
                 continue;
             }
         };
-        let Some(timer) = Timer::decode(&job.body) else {
-            tracing::warn!(id = job.id, "not a bridge timer; burying it");
-            if let Err(e) = timers.conn().await.bury(job.id, 0).await {
-                recover(&mut timers, e.into()).await;
-            }
-            continue;
-        };
-        let due = Due { id: job.id, timer };
-        loop {
-            match registry.fire(&mut timers, &mut out, &due).await {
-                Ok(()) => break,
-                Err(Failure::Server(e)) => {
-                    // Whichever connection failed, drop both: the
-                    // reservation goes with them and the server hands the
-                    // timer out again, to be decided afresh.
-                    tracing::warn!(error = %e, "firing failed; the timer will come back");
-                    timers.reset();
-                    out.reset();
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                    break;
+        // One timer per key per call (two timers of one key, a superseded
+        // one and its successor, are decided one after the other).
+        while !dues.is_empty() {
+            let mut keys = HashSet::new();
+            let (now, later): (Vec<Due>, Vec<Due>) = dues
+                .into_iter()
+                .partition(|d| keys.insert((d.timer.node, d.timer.key.clone())));
+            dues = later;
+            loop {
+                match registry.fire(&mut timers, &mut out, &now).await {
+                    Ok(()) => break,
+                    Err(Failure::Server(e)) => {
+                        // Whichever connection failed, drop both: the
+                        // reservations go with them and the server hands
+                        // the timers out again, to be decided afresh.
+                        tracing::warn!(error = %e, "firing failed; the timers will come back");
+                        timers.reset();
+                        out.reset();
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                        dues.clear();
+                        break;
+                    }
+                    Err(other) => recover(&mut timers, other).await,
                 }
-                Err(other) => recover(&mut timers, other).await,
             }
         }
     }
+}
+
+/// Waits for one due timer, then takes those already due with it.
+async fn reserve(timers: &mut Session) -> crate::client::Result<Vec<Due>> {
+    let conn = timers.conn().await;
+    let first = conn.reserve().await?;
+    let mut dues = Vec::new();
+    let mut foreign = Vec::new();
+    let take =
+        |id, body: &[u8], dues: &mut Vec<Due>, foreign: &mut Vec<u64>| match Timer::decode(body) {
+            Some(timer) => dues.push(Due { id, timer }),
+            None => foreign.push(id),
+        };
+    take(first.id, &first.body, &mut dues, &mut foreign);
+    // Ask for a few more, doubling while every one comes back reserved:
+    // a lone due timer costs one extra command, a burst a few pipelines.
+    let grab_one = Command::ReserveWithTimeout(Duration::ZERO);
+    let mut grab = GRAB_FIRST;
+    while dues.len() + foreign.len() + grab <= BATCH {
+        for _ in 0..grab {
+            conn.send(&grab_one).await?;
+        }
+        conn.flush().await?;
+        let mut all = true;
+        for _ in 0..grab {
+            match conn.recv().await? {
+                Response::Reserved { id, body } => take(id, &body, &mut dues, &mut foreign),
+                _ => all = false,
+            }
+        }
+        if !all {
+            break;
+        }
+        grab *= 2;
+    }
+    for id in foreign {
+        tracing::warn!(id, "not a bridge timer; burying it");
+        conn.bury(id, 0).await?;
+    }
+    Ok(dues)
 }

@@ -20,6 +20,10 @@
 use std::io;
 use std::path::Path;
 
+/// sled's page cache: enough for about a million keys' pages, so index
+/// writes do not read pages back from disk (sled rewrites a page per write).
+const CACHE_BYTES: u64 = 128 << 20;
+
 /// `expire_at_ms` of a tombstone.
 pub const CANCELLED: i64 = -1;
 
@@ -72,7 +76,8 @@ impl Index {
         std::fs::create_dir_all(dir)?;
         let db = sled::Config::new()
             .path(dir)
-            .cache_capacity(16 << 20)
+            .cache_capacity(CACHE_BYTES)
+            .mode(sled::Mode::HighThroughput)
             .flush_every_ms(Some(100))
             .open()
             .map_err(|e| io::Error::other(format!("cannot open {}: {e}", dir.display())))?;

@@ -31,11 +31,25 @@
 //! the same key and `expire_at_ms`.
 //!
 //! Two decisions that differ from a plain reading of the design:
-//! * SCAN reconciliation syncs keys one by one over [`sync::WORKERS`]
-//!   parallel workers instead of pipelining `PEXPIRETIME`: each sync must
-//!   read Redis *under the key's lock* (a value read before a concurrent
-//!   firing could re-register a key that just fired, and deliver it twice),
-//!   and locking a whole pipelined batch would stall the firing workers.
+//! * Work is batched, decisions are not: a sync worker takes up to
+//!   [`sync::BATCH`] queued keys, a firing worker up to [`fire::BATCH`] due
+//!   timers, and each batch costs a few round trips (one pipelined
+//!   `PEXPIRETIME`, one pipeline of puts, one of deletes) instead of a few
+//!   per key. It is as safe as one key at a time because every key of the
+//!   batch is locked (stripes taken in increasing order, so batches never
+//!   deadlock) *before* Redis is read, and stays locked until its timer and
+//!   index are updated: each key's decision is made from what Redis says
+//!   under its lock, exactly as alone. Within a batch the order of effects
+//!   is the single-key order, step by step for all keys at once: new
+//!   timers are put, then recorded, then old ones deleted; deliveries are
+//!   put (answers awaited) before any timer is deleted, and the index is
+//!   cleared last. A failure part-way retries the batch (every decision is
+//!   re-made from Redis) or, for a lost connection, drops its reservations
+//!   so the timers come back: duplicates, never losses, as before. A batch
+//!   holds at most one timer per key (two timers of one key go in turn),
+//!   and a key queued twice is synced once (see [`sync`]). Sync workers and
+//!   lock stripes use the same hash, so sync workers never wait for each
+//!   other; a firing worker waits at most one batch's round trips.
 //! * A key that disappears before its deadline (DEL, RENAME away, MOVE,
 //!   eviction) is cancelled; one that disappears at or after it (within
 //!   50 ms of slack for clock skew) is left to its timer, which delivers it.

@@ -75,6 +75,20 @@ impl Redis {
         Ok(Expiry::from_reply(ms))
     }
 
+    /// `PEXPIRETIME` of every key in `keys`, in one pipeline (one round
+    /// trip); the answers are in the same order.
+    pub async fn expiries(&mut self, keys: &[&[u8]]) -> RedisResult<Vec<Expiry>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("PEXPIRETIME").arg(*key);
+        }
+        let ms: Vec<i64> = pipe.query_async(&mut self.conn).await?;
+        Ok(ms.into_iter().map(Expiry::from_reply).collect())
+    }
+
     /// The key's value; `None` if it is gone or not a string.
     pub async fn value(&mut self, key: &[u8]) -> RedisResult<Option<Vec<u8>>> {
         match self.conn.get::<_, Option<Vec<u8>>>(key).await {

@@ -33,6 +33,7 @@ use super::index::{Entry, Index, CANCELLED};
 use super::now_ms;
 use super::redis_side::{Expiry, Redis};
 use super::server_side::{Flavour, Session};
+use super::sync::Work;
 use crate::client;
 
 /// How long a firing worker may hold a timer before the server hands it to
@@ -96,6 +97,9 @@ pub struct Hint {
     pub verify: bool,
 }
 
+/// A timer to put: node, key, expiry, and the entry it replaces.
+type Arm<'a> = (u16, &'a [u8], i64, Option<Entry>);
+
 /// A reserved timer job.
 pub struct Due {
     pub id: JobId,
@@ -141,160 +145,264 @@ impl Registry {
         }
     }
 
-    async fn lock(&self, node: u16, key: &[u8]) -> MutexGuard<'_, ()> {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (node, key).hash(&mut h);
-        self.locks[h.finish() as usize % LOCK_STRIPES].lock().await
+    /// Locks the stripes of every key in `keys`, in increasing stripe order
+    /// (every caller does, so two batches never deadlock).
+    async fn lock_all<'a>(&'a self, keys: &[(u16, &[u8])]) -> Vec<MutexGuard<'a, ()>> {
+        let mut stripes: Vec<usize> = keys.iter().map(|&(n, k)| stripe(n, k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.locks[s].lock().await);
+        }
+        guards
     }
 
     fn redis(&self, node: u16) -> Redis {
         self.redis[usize::from(node)].clone()
     }
 
-    /// Brings the key's timer in line with its TTL in Redis. `session`
-    /// puts into the timer tube.
-    pub async fn sync(
-        &self,
-        session: &mut Session,
-        node: u16,
-        key: &[u8],
-        hint: Hint,
-    ) -> Result<()> {
-        let _guard = self.lock(node, key).await;
-        let expiry = self.redis(node).expiry(key).await?;
-        let current = self.index.get(node, key)?;
-        match (expiry, current) {
-            (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
-                if hint.verify && !self.timer_exists(session, node, key, cur).await? {
-                    tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
-                    self.arm(session, node, key, at, None).await?;
-                }
-                Ok(())
+    /// What Redis says now about each key, one pipelined `PEXPIRETIME` per
+    /// node; in the order of `keys`.
+    async fn expiries(&self, keys: &[(u16, &[u8])]) -> Result<Vec<Expiry>> {
+        let mut out = vec![Expiry::Gone; keys.len()];
+        let mut nodes: Vec<u16> = keys.iter().map(|k| k.0).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            let at: Vec<usize> = (0..keys.len()).filter(|&i| keys[i].0 == node).collect();
+            let names: Vec<&[u8]> = at.iter().map(|&i| keys[i].1).collect();
+            let got = self.redis(node).expiries(&names).await?;
+            for (i, e) in at.into_iter().zip(got) {
+                out[i] = e;
             }
-            (Expiry::At(at), _) => self.arm(session, node, key, at, current).await,
-            (Expiry::Gone, Some(cur))
-                if hint.expired || cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms() =>
-            {
-                Ok(())
-            }
-            (Expiry::Gone | Expiry::Persistent, Some(cur)) if cur.expire_at_ms != CANCELLED => {
-                self.cancel(session, node, key, cur).await
-            }
-            _ => Ok(()),
         }
+        Ok(out)
     }
 
-    /// Handles a due timer reserved on `timers`; delivers through `out`.
-    pub async fn fire(&self, timers: &mut Session, out: &mut Session, due: &Due) -> Result<()> {
-        let Due { id, timer } = due;
-        let (node, key) = (timer.node, timer.key.as_slice());
-        let _guard = self.lock(node, key).await;
-        let mut current = self.index.get(node, key)?;
-        match current {
-            Some(cur) if cur.timer > *id => return delete(timers, *id).await,
-            Some(cur) if cur.timer == *id && cur.expire_at_ms == CANCELLED => {
-                delete(timers, *id).await?;
-                return Ok(self.index.remove(node, key)?);
+    /// Brings each key's timer in line with its TTL in Redis. `session`
+    /// puts into the timer tube. `batch` holds distinct keys (see
+    /// [`crate::bridge::sync`]); all of them are locked for the whole batch,
+    /// and Redis is read under those locks, so every decision is the one
+    /// the key would get alone at that moment.
+    pub async fn sync(&self, session: &mut Session, batch: &[Work]) -> Result<()> {
+        let keys: Vec<(u16, &[u8])> = batch.iter().map(|w| (w.node, w.key.as_slice())).collect();
+        let _guards = self.lock_all(&keys).await;
+        let expiries = self.expiries(&keys).await?;
+        let mut arms = Vec::new();
+        for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
+            let current = self.index.get(node, key)?;
+            match (expiry, current) {
+                (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
+                    // Only when asked to verify: the timer may be gone.
+                    let lost = w.hint.verify && !self.timer_exists(session, node, key, cur).await?;
+                    if lost {
+                        tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
+                        arms.push((node, key, at, None));
+                    }
+                }
+                (Expiry::At(at), _) => arms.push((node, key, at, current)),
+                (Expiry::Gone, Some(cur))
+                    if w.hint.expired || cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms() => {}
+                (Expiry::Gone | Expiry::Persistent, Some(cur)) if cur.expire_at_ms != CANCELLED => {
+                    self.cancel(session, node, key, cur).await?
+                }
+                _ => {}
             }
-            Some(cur) if cur.timer < *id => {
-                // Newer than the index: a crash lost the index's last write.
-                let adopted = Entry {
-                    expire_at_ms: timer.expire_at_ms,
-                    timer: *id,
-                };
-                self.index.set(node, key, adopted)?;
-                delete(timers, cur.timer).await?;
-                current = Some(adopted);
-            }
-            _ => {}
         }
-        let mut redis = self.redis(node);
-        let expiry = if self.delete_on_fire {
-            redis.delete_if_due(key, timer.expire_at_ms).await?
+        self.arm(session, &arms).await
+    }
+
+    /// Handles due timers reserved on `timers` (distinct keys); delivers
+    /// through `out`. All their keys are locked for the whole batch.
+    ///
+    /// The order of the steps is what makes a batch as safe as one timer at
+    /// a time: Redis is asked (one pipeline) under the locks, every delivery
+    /// is put (one pipeline, answers awaited) *before* any timer is deleted
+    /// (another pipeline), and the index is only cleared after the deletes.
+    /// A connection lost anywhere drops every reservation: the timers come
+    /// back and are decided afresh (deliveries already put are duplicated,
+    /// never lost).
+    pub async fn fire(&self, timers: &mut Session, out: &mut Session, dues: &[Due]) -> Result<()> {
+        let keys: Vec<(u16, &[u8])> = dues
+            .iter()
+            .map(|d| (d.timer.node, d.timer.key.as_slice()))
+            .collect();
+        let _guards = self.lock_all(&keys).await;
+        // Step 1, from the index alone: superseded, cancelled, adopted.
+        let mut deletes: Vec<JobId> = Vec::new();
+        let mut unindex: Vec<(u16, &[u8])> = Vec::new();
+        let mut ask: Vec<(&Due, Option<Entry>)> = Vec::new();
+        for (due, &(node, key)) in dues.iter().zip(&keys) {
+            let (id, timer) = (due.id, &due.timer);
+            match self.index.get(node, key)? {
+                Some(cur) if cur.timer > id => deletes.push(id),
+                Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => {
+                    deletes.push(id);
+                    unindex.push((node, key));
+                }
+                Some(cur) if cur.timer < id => {
+                    // Newer than the index: a crash lost the index's last write.
+                    let adopted = Entry {
+                        expire_at_ms: timer.expire_at_ms,
+                        timer: id,
+                    };
+                    self.index.set(node, key, adopted)?;
+                    deletes.push(cur.timer);
+                    ask.push((due, Some(adopted)));
+                }
+                current => ask.push((due, current)),
+            }
+        }
+        // Step 2: Redis, now.
+        let expiries = if self.delete_on_fire {
+            let mut e = Vec::with_capacity(ask.len());
+            for (due, _) in &ask {
+                let t = &due.timer;
+                e.push(
+                    self.redis(t.node)
+                        .delete_if_due(&t.key, t.expire_at_ms)
+                        .await?,
+                );
+            }
+            e
         } else {
-            redis.expiry(key).await?
+            let asked: Vec<(u16, &[u8])> = ask
+                .iter()
+                .map(|(d, _)| (d.timer.node, d.timer.key.as_slice()))
+                .collect();
+            self.expiries(&asked).await?
         };
-        match expiry {
-            Expiry::Gone => {
-                let body = timer.delivery(now_ms());
-                let d = &self.delivery;
-                out.conn()
-                    .await
-                    .put(d.pri, Duration::ZERO, d.ttr, body)
-                    .await?;
-                delete(timers, *id).await?;
-                if current.is_some() {
-                    self.index.remove(node, key)?;
+        let now = now_ms();
+        let d = &self.delivery;
+        let mut deliveries = Vec::new();
+        let mut releases = Vec::new();
+        let mut rearms = Vec::new();
+        for ((due, current), expiry) in ask.iter().zip(expiries) {
+            let (id, timer) = (due.id, &due.timer);
+            let key = (timer.node, timer.key.as_slice());
+            match expiry {
+                Expiry::Gone => {
+                    deliveries.push(Command::Put {
+                        pri: d.pri,
+                        delay: Duration::ZERO,
+                        ttr: d.ttr,
+                        body: timer.delivery(now).into(),
+                    });
+                    deletes.push(id);
+                    if current.is_some() {
+                        unindex.push(key);
+                    }
+                }
+                Expiry::Persistent => {
+                    deletes.push(id);
+                    if current.is_some() {
+                        unindex.push(key);
+                    }
+                }
+                Expiry::At(at) if at == timer.expire_at_ms => {
+                    let delay = self.flavour.delay(at.max(now + RECHECK_MS), now);
+                    releases.push(Command::Release {
+                        id,
+                        pri: TIMER_PRI,
+                        delay,
+                    });
+                }
+                Expiry::At(at) => {
+                    rearms.push((key.0, key.1, at, *current));
+                    deletes.push(id);
                 }
             }
-            Expiry::Persistent => {
-                delete(timers, *id).await?;
-                if current.is_some() {
-                    self.index.remove(node, key)?;
-                }
+        }
+        // Step 3: deliveries first, then new timers, then the deletes.
+        for reply in pipeline(out, &deliveries).await? {
+            if !matches!(reply, Response::Inserted(_) | Response::BuriedId(_)) {
+                return Err(Failure::Server(client::Error::Reply(reply)));
             }
-            Expiry::At(at) if at == timer.expire_at_ms => {
-                let now = now_ms();
-                let delay = self.flavour.delay(at.max(now + RECHECK_MS), now);
-                timers.conn().await.release(*id, TIMER_PRI, delay).await?;
+        }
+        self.arm(timers, &rearms).await?;
+        let mut commands: Vec<Command> = deletes.into_iter().map(Command::Delete).collect();
+        commands.extend(releases);
+        for reply in pipeline(timers, &commands).await? {
+            if !matches!(
+                reply,
+                Response::Deleted | Response::NotFound | Response::Released
+            ) {
+                return Err(Failure::Server(client::Error::Reply(reply)));
             }
-            Expiry::At(at) => {
-                self.arm(timers, node, key, at, current).await?;
-                delete(timers, *id).await?;
-            }
+        }
+        // Step 4: the index, once the timers are gone.
+        for (node, key) in unindex {
+            self.index.remove(node, key)?;
         }
         Ok(())
     }
 
-    /// Puts a timer for `at`, records it, then drops `old`'s timer.
-    async fn arm(
-        &self,
-        session: &mut Session,
-        node: u16,
-        key: &[u8],
-        at: i64,
-        old: Option<Entry>,
-    ) -> Result<()> {
-        let value = if self.with_value {
-            self.redis(node).value(key).await?
-        } else {
-            None
-        };
-        let timer = Timer {
-            node,
-            db: self.dbs[usize::from(node)],
-            key: key.to_vec(),
-            expire_at_ms: at,
-            value,
-        };
-        let delay = self.flavour.delay(at, now_ms());
-        let put = session
-            .conn()
-            .await
-            .put(TIMER_PRI, delay, TIMER_TTR, timer.encode())
-            .await?;
-        let id = match put {
-            client::Put::Inserted(id) => id,
-            client::Put::Buried(id) => {
-                // The server could not queue it; a buried timer never fires.
-                delete(session, id).await?;
-                return Err(Failure::Server(client::Error::Reply(Response::BuriedId(
-                    id,
-                ))));
-            }
-        };
-        self.index.set(
-            node,
-            key,
-            Entry {
+    /// For each `(node, key, at, old)`: puts a timer for `at`, records it,
+    /// then drops `old`'s timer. The puts go out in one pipeline, the
+    /// deletes in another, after every new timer is recorded.
+    async fn arm(&self, session: &mut Session, arms: &[Arm<'_>]) -> Result<()> {
+        if arms.is_empty() {
+            return Ok(());
+        }
+        let mut puts = Vec::with_capacity(arms.len());
+        let now = now_ms();
+        for &(node, key, at, _) in arms {
+            let value = if self.with_value {
+                self.redis(node).value(key).await?
+            } else {
+                None
+            };
+            let timer = Timer {
+                node,
+                db: self.dbs[usize::from(node)],
+                key: key.to_vec(),
                 expire_at_ms: at,
-                timer: id,
-            },
-        )?;
-        if let Some(old) = old {
-            delete(session, old.timer).await?;
+                value,
+            };
+            // `now` was read before the put: the server's clock is later
+            // when it computes the ready time, so never early.
+            puts.push(Command::Put {
+                pri: TIMER_PRI,
+                delay: self.flavour.delay(at, now),
+                ttr: TIMER_TTR,
+                body: timer.encode().into(),
+            });
         }
-        Ok(())
+        let replies = pipeline(session, &puts).await?;
+        let mut failure = None;
+        let mut cleanup = Vec::new();
+        for (&(node, key, at, old), reply) in arms.iter().zip(replies) {
+            match reply {
+                Response::Inserted(id) => {
+                    let entry = Entry {
+                        expire_at_ms: at,
+                        timer: id,
+                    };
+                    if let Err(e) = self.index.set(node, key, entry) {
+                        failure.get_or_insert(Failure::Index(e));
+                    } else if let Some(old) = old {
+                        cleanup.push(Command::Delete(old.timer));
+                    }
+                }
+                Response::BuriedId(id) => {
+                    // The server could not queue it; a buried timer never fires.
+                    cleanup.push(Command::Delete(id));
+                    failure.get_or_insert(Failure::Server(client::Error::Reply(
+                        Response::BuriedId(id),
+                    )));
+                }
+                other => {
+                    failure.get_or_insert(Failure::Server(client::Error::Reply(other)));
+                }
+            }
+        }
+        for reply in pipeline(session, &cleanup).await? {
+            if !matches!(reply, Response::Deleted | Response::NotFound) {
+                failure.get_or_insert(Failure::Server(client::Error::Reply(reply)));
+            }
+        }
+        failure.map_or(Ok(()), Err)
     }
 
     /// Drops the key's timer; leaves a tombstone if a firing worker holds it.
@@ -327,10 +435,33 @@ impl Registry {
     }
 }
 
-/// Deletes job `id`; one that is already gone is fine.
-async fn delete(session: &mut Session, id: JobId) -> Result<()> {
-    match session.conn().await.delete(id).await {
-        Ok(()) | Err(client::Error::Reply(Response::NotFound)) => Ok(()),
-        Err(e) => Err(e.into()),
+/// The lock stripe of a key. [`crate::bridge::sync`] spreads keys over its
+/// workers with the same hash, and the stripe count is a multiple of the
+/// worker count, so sync workers never wait for each other's locks.
+pub fn key_hash(node: u16, key: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (node, key).hash(&mut h);
+    h.finish()
+}
+
+fn stripe(node: u16, key: &[u8]) -> usize {
+    key_hash(node, key) as usize % LOCK_STRIPES
+}
+
+/// Sends `commands` in one pipeline (one write) and reads their answers,
+/// in order.
+async fn pipeline(session: &mut Session, commands: &[Command]) -> Result<Vec<Response>> {
+    if commands.is_empty() {
+        return Ok(Vec::new());
     }
+    let conn = session.conn().await;
+    for c in commands {
+        conn.send(c).await?;
+    }
+    conn.flush().await?;
+    let mut replies = Vec::with_capacity(commands.len());
+    for _ in commands {
+        replies.push(conn.recv().await?);
+    }
+    Ok(replies)
 }

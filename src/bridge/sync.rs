@@ -1,8 +1,17 @@
 //! The sync queue: keys to bring in line with Redis, from events and SCAN,
 //! spread over a few workers by key hash (so one key's syncs stay in
 //! order, and different keys proceed in parallel).
+//!
+//! Each worker takes whatever is queued, up to [`BATCH`] keys, and syncs
+//! them together (one pipelined `PEXPIRETIME`, one pipeline of puts, one
+//! of deletes: a few round trips per batch instead of per key). A key
+//! queued twice in a batch (a `SET … EX` sends `set` *and* `expire`) is
+//! synced once: a sync reads Redis afresh, so the last of several syncs
+//! is the only one that counts, and the merged hints (`expired` or
+//! `verify` from any of them) only ever leave a timer to fire or check
+//! one more.
 
-use std::hash::{Hash, Hasher};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,8 +20,11 @@ use tokio::sync::mpsc;
 use super::registry::{Failure, Hint, Registry};
 use super::server_side::Session;
 
-/// Workers that sync keys in parallel.
-pub const WORKERS: usize = 16;
+/// Workers that sync keys in parallel (a divisor of the registry's lock
+/// stripes, so workers never share a stripe).
+pub const WORKERS: usize = 8;
+/// Keys a worker syncs together at most.
+pub const BATCH: usize = 512;
 /// Keys queued per worker before events and SCAN wait.
 const QUEUE: usize = 4096;
 /// Pause before retrying after Redis or the index failed.
@@ -44,20 +56,40 @@ impl Queue {
 
     /// Queues a key; waits while its worker is full.
     pub async fn push(&self, work: Work) {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (work.node, &work.key).hash(&mut h);
-        let tx = &self.0[h.finish() as usize % self.0.len()];
+        let h = super::registry::key_hash(work.node, &work.key);
+        let tx = &self.0[h as usize % self.0.len()];
         // The workers run as long as the bridge: a send cannot fail.
         let _ = tx.send(work).await;
     }
 }
 
 async fn work(registry: Arc<Registry>, mut session: Session, mut rx: mpsc::Receiver<Work>) {
-    while let Some(w) = rx.recv().await {
-        while let Err(failure) = registry.sync(&mut session, w.node, &w.key, w.hint).await {
+    let mut batch = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let keys = coalesce(std::mem::take(&mut batch));
+        while let Err(failure) = registry.sync(&mut session, &keys).await {
             recover(&mut session, failure).await;
         }
     }
+}
+
+/// One [`Work`] per key, in first-seen order, hints merged.
+fn coalesce(batch: Vec<Work>) -> Vec<Work> {
+    let mut seen: HashMap<(u16, Vec<u8>), usize> = HashMap::with_capacity(batch.len());
+    let mut out: Vec<Work> = Vec::with_capacity(batch.len());
+    for w in batch {
+        match seen.get(&(w.node, w.key.clone())) {
+            Some(&i) => {
+                out[i].hint.expired |= w.hint.expired;
+                out[i].hint.verify |= w.hint.verify;
+            }
+            None => {
+                seen.insert((w.node, w.key.clone()), out.len());
+                out.push(w);
+            }
+        }
+    }
+    out
 }
 
 /// Logs a failed decision and gets ready to retry it: a lost server

@@ -1,0 +1,505 @@
+//! The Redis TTL bridge benchmark: the bridge's jobs side by side with
+//! Redis's own `expired` notifications, for the same keys in the same run.
+//!
+//! ```text
+//! cargo bench --bench bridge -- [--keys 100000] [--min-ttl 10] [--max-ttl 20]
+//!                               [--memory] [--workers 4] [--grace 30] [--sprout PATH]
+//! ```
+//!
+//! It starts its own `redis-server` (free port, no persistence), a sprout
+//! (`-b` in a temp dir; in memory with `--memory`) and `sprout bridge`
+//! watching `bench:*`, then sets `--keys` keys with `SET … PXAT`, pipelined,
+//! their deadlines spread at random over `--min-ttl`..`--max-ttl` seconds
+//! from the start. It subscribes to `__keyevent@0__:expired` and runs
+//! `--workers` workers reserving from the bridge's tube, and records for
+//! every key how late (arrival minus deadline) (a) the bridge's job was at
+//! `RESERVED` and (b) Redis's notification arrived. A key that has not
+//! arrived `--grace` seconds after the last deadline counts as lost.
+//!
+//! Also: keys registered per second (from the first `SET` until the timer
+//! tube's `total-jobs` reaches N: one timer put per key) and the bridge's
+//! RSS per tracked key (`VmRSS` growth from before the keys to when all are
+//! armed). An early delivery, or a key delivered twice, is reported.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use sprout::client::Client;
+use sprout_protocol::Command as Bs;
+use sprout_protocol::Response;
+
+const TUBE: &str = "bench-expired";
+const TIMER_TUBE: &str = "bridge-timers.bench-expired";
+const BATCH: usize = 1000;
+
+struct Args {
+    keys: usize,
+    min_ttl_ms: i64,
+    max_ttl_ms: i64,
+    memory: bool,
+    workers: usize,
+    grace_ms: i64,
+    sprout: PathBuf,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        keys: 100_000,
+        min_ttl_ms: 10_000,
+        max_ttl_ms: 20_000,
+        memory: false,
+        workers: 4,
+        grace_ms: 30_000,
+        sprout: PathBuf::from(env!("CARGO_BIN_EXE_sprout")),
+    };
+    let mut it = std::env::args().skip(1);
+    let secs = |v: Option<String>| -> i64 {
+        (v.and_then(|v| v.parse::<f64>().ok())
+            .expect("a number of seconds")
+            * 1000.0) as i64
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--keys" => a.keys = it.next().and_then(|v| v.parse().ok()).expect("--keys N"),
+            "--min-ttl" => a.min_ttl_ms = secs(it.next()),
+            "--max-ttl" => a.max_ttl_ms = secs(it.next()),
+            "--grace" => a.grace_ms = secs(it.next()),
+            "--memory" => a.memory = true,
+            "--workers" => a.workers = it.next().and_then(|v| v.parse().ok()).expect("--workers N"),
+            "--sprout" => a.sprout = PathBuf::from(it.next().expect("--sprout PATH")),
+            "--bench" => {} // added by `cargo bench`
+            other => panic!("unknown argument {other:?} (see benches/bridge.rs)"),
+        }
+    }
+    assert!(a.keys > 0 && a.max_ttl_ms > a.min_ttl_ms && a.min_ttl_ms > 0);
+    a
+}
+
+fn now_ms() -> i64 {
+    sprout::bridge::now_ms()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A child process killed (by its own pid) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(what: &'static str, cmd: &mut Command) -> Proc {
+    Proc(cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}")))
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: timed out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `VmRSS` of `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A small xorshift, so runs are repeatable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Arrival times per key (-1: not yet), plus duplicates.
+struct Arrivals {
+    at: Mutex<Vec<i64>>,
+    count: AtomicU64,
+    duplicates: AtomicU64,
+}
+
+impl Arrivals {
+    fn new(n: usize) -> Arc<Arrivals> {
+        Arc::new(Arrivals {
+            at: Mutex::new(vec![-1; n]),
+            count: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+        })
+    }
+
+    fn record(&self, key: &[u8], at: i64) {
+        let Some(i) = key
+            .strip_prefix(b"bench:")
+            .and_then(|i| std::str::from_utf8(i).ok())
+            .and_then(|i| i.parse::<usize>().ok())
+        else {
+            return;
+        };
+        let mut v = self.at.lock().unwrap();
+        match v.get_mut(i) {
+            Some(slot) if *slot < 0 => {
+                *slot = at;
+                self.count.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(_) => {
+                self.duplicates.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {}
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed) as usize
+    }
+}
+
+struct Report {
+    p50: i64,
+    p99: i64,
+    max: i64,
+    lost: usize,
+    early: usize,
+}
+
+fn report(arrivals: &Arrivals, deadlines: &[i64]) -> Report {
+    let at = arrivals.at.lock().unwrap();
+    let mut late: Vec<i64> = at
+        .iter()
+        .zip(deadlines)
+        .filter(|(a, _)| **a >= 0)
+        .map(|(a, d)| a - d)
+        .collect();
+    late.sort_unstable();
+    let pct = |p: f64| -> i64 {
+        if late.is_empty() {
+            return -1;
+        }
+        late[((late.len() as f64 * p).ceil() as usize).clamp(1, late.len()) - 1]
+    };
+    Report {
+        p50: pct(0.50),
+        p99: pct(0.99),
+        max: late.last().copied().unwrap_or(-1),
+        lost: deadlines.len() - late.len(),
+        early: late.iter().filter(|&&l| l < 0).count(),
+    }
+}
+
+/// CPU seconds (user + system) `pid` has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14 and 15 of the file (utime, stime), in clock ticks.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / ticks
+}
+
+async fn worker(port: u16, arrivals: Arc<Arrivals>, fired: Arc<Arrivals>, done: Arc<AtomicBool>) {
+    let mut c = Client::connect(("127.0.0.1", port)).await.expect("connect");
+    c.watch(TUBE).await.expect("watch");
+    c.ignore("default").await.expect("ignore");
+    let mut prev = None;
+    while !done.load(Ordering::Relaxed) {
+        // The delete of the previous job goes out with the next reserve.
+        if let Some(id) = prev.take() {
+            c.send(&Bs::Delete(id)).await.expect("send");
+        }
+        c.send(&Bs::ReserveWithTimeout(Duration::from_secs(1)))
+            .await
+            .expect("send");
+        c.flush().await.expect("flush");
+        let mut reply = c.recv().await.expect("reply");
+        if matches!(reply, Response::Deleted | Response::NotFound) {
+            reply = c.recv().await.expect("reply");
+        }
+        match reply {
+            Response::Reserved { id, body } => {
+                let at = now_ms();
+                let v: serde_json::Value = serde_json::from_slice(&body).expect("a JSON delivery");
+                let key = v["key"].as_str().unwrap_or_default();
+                arrivals.record(key.as_bytes(), at);
+                if let Some(f) = v["fired_at_ms"].as_i64() {
+                    fired.record(key.as_bytes(), f);
+                }
+                prev = Some(id);
+            }
+            Response::TimedOut | Response::DeadlineSoon => {}
+            other => panic!("worker: unexpected {other:?}"),
+        }
+    }
+}
+
+async fn subscriber(url: String, arrivals: Arc<Arrivals>, ready: tokio::sync::oneshot::Sender<()>) {
+    let client = redis::Client::open(url).expect("url");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .subscribe("__keyevent@0__:expired")
+        .await
+        .expect("subscribe");
+    let _ = ready.send(());
+    let mut messages = pubsub.into_on_message();
+    while let Some(msg) = messages.next().await {
+        let at = now_ms();
+        let key: Vec<u8> = msg.get_payload().unwrap_or_default();
+        arrivals.record(&key, at);
+    }
+}
+
+async fn tube_stat(c: &mut Client<tokio::net::TcpStream>, stat: &str) -> u64 {
+    let tube = sprout_protocol::TubeName::new(TIMER_TUBE.as_bytes()).expect("tube");
+    match c.stats(&Bs::StatsTube(tube)).await {
+        Ok(s) => s.get(stat).and_then(|v| v.parse().ok()).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+fn main() {
+    let a = args();
+    let dir = std::env::temp_dir().join(format!("sprout-bridge-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let result = std::panic::catch_unwind(|| run(&a, &dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn run(a: &Args, dir: &Path) {
+    let n = a.keys;
+    let redis_port = free_port();
+    let _redis = spawn(
+        "redis-server",
+        Command::new("redis-server")
+            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let url = format!("redis://127.0.0.1:{redis_port}/0");
+    let client = redis::Client::open(url.as_str()).expect("url");
+    wait_until("redis-server", Duration::from_secs(10), || {
+        client.get_connection().is_ok()
+    });
+    let mut sync_conn = client.get_connection().expect("redis");
+    // Redis's own notifications, for the comparison (the bridge adds its own
+    // classes to these).
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Ex")
+        .query(&mut sync_conn)
+        .expect("CONFIG SET");
+
+    let server_port = free_port();
+    let mut server_cmd = Command::new(&a.sprout);
+    server_cmd
+        .args(["-l", "127.0.0.1", "-p", &server_port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if !a.memory {
+        server_cmd.arg("-b").arg(dir.join("binlog"));
+    }
+    let _server = spawn("sprout", &mut server_cmd);
+    wait_until("sprout", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", server_port)).is_ok()
+    });
+
+    let log = dir.join("bridge.log");
+    let bridge = spawn(
+        "sprout bridge",
+        Command::new(&a.sprout)
+            .arg("bridge")
+            .args(["--redis", &url])
+            .args(["--server", &format!("127.0.0.1:{server_port}")])
+            .args(["--tube", TUBE, "--match", "bench:*"])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file")),
+    );
+    let bridge_pid = bridge.0.id();
+    wait_until(
+        "the bridge's first reconciliation",
+        Duration::from_secs(30),
+        || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("reconciled")),
+    );
+    let rss_before = rss_kib(bridge_pid);
+    let server_pid = _server.0.id();
+    let cpu_before = (cpu_secs(bridge_pid), cpu_secs(server_pid));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let bridge_arr = Arrivals::new(n);
+        let fired_arr = Arrivals::new(n);
+        let redis_arr = Arrivals::new(n);
+        let done = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(subscriber(url.clone(), redis_arr.clone(), ready_tx));
+        ready_rx.await.expect("subscribed");
+        let workers: Vec<_> = (0..a.workers)
+            .map(|_| {
+                tokio::spawn(worker(
+                    server_port,
+                    bridge_arr.clone(),
+                    fired_arr.clone(),
+                    done.clone(),
+                ))
+            })
+            .collect();
+
+        // The keys, pipelined.
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let t0 = now_ms();
+        let spread = (a.max_ttl_ms - a.min_ttl_ms) as u64;
+        let deadlines: Vec<i64> = (0..n)
+            .map(|_| t0 + a.min_ttl_ms + (rng.next() % spread) as i64)
+            .collect();
+        let last_deadline = deadlines.iter().copied().max().unwrap_or(t0);
+        let started = Instant::now();
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
+            let mut pipe = redis::pipe();
+            for &i in chunk {
+                pipe.cmd("SET")
+                    .arg(format!("bench:{i}"))
+                    .arg("1")
+                    .arg("PXAT")
+                    .arg(deadlines[i])
+                    .ignore();
+            }
+            let () = pipe.query_async(&mut conn).await.expect("SET pipeline");
+        }
+        let set_secs = started.elapsed().as_secs_f64();
+
+        // Registration: one timer put per key.
+        let mut stats = Client::connect(("127.0.0.1", server_port))
+            .await
+            .expect("connect");
+        let mut registered = None;
+        let mut rss_armed = 0;
+        while now_ms() < last_deadline + a.grace_ms {
+            if tube_stat(&mut stats, "total-jobs").await >= n as u64 {
+                registered = Some(started.elapsed().as_secs_f64());
+                rss_armed = rss_kib(bridge_pid);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        // Deliveries and notifications.
+        while now_ms() < last_deadline + a.grace_ms
+            && (bridge_arr.count() < n || redis_arr.count() < n)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // A moment for duplicates to show.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        done.store(true, Ordering::Relaxed);
+        for w in workers {
+            let _ = w.await;
+        }
+        let rss_end = rss_kib(bridge_pid);
+        let server_stats = stats.stats(&Bs::Stats).await.unwrap_or_default();
+        let cmds: Vec<String> = [
+            "cmd-put",
+            "cmd-delete",
+            "cmd-reserve",
+            "cmd-reserve-with-timeout",
+            "cmd-release",
+        ]
+        .iter()
+        .map(|c| format!("{c} {}", server_stats.get(*c).map_or("?", String::as_str)))
+        .collect();
+        let cpu = (
+            cpu_secs(bridge_pid) - cpu_before.0,
+            cpu_secs(server_pid) - cpu_before.1,
+        );
+
+        let b = report(&bridge_arr, &deadlines);
+        let r = report(&redis_arr, &deadlines);
+        let f = report(&fired_arr, &deadlines);
+        let server = if a.memory { "in memory" } else { "-b" };
+        println!(
+            "bridge benchmark: {n} keys, deadlines {}..{} s, sprout {server}",
+            a.min_ttl_ms as f64 / 1e3,
+            a.max_ttl_ms as f64 / 1e3
+        );
+        println!(
+            "  SET pipeline: {:.2} s ({:.0} keys/s)",
+            set_secs,
+            n as f64 / set_secs
+        );
+        match registered {
+            Some(s) => println!(
+                "  registered: all {n} timers armed after {s:.2} s = {:.0} keys/s",
+                n as f64 / s
+            ),
+            None => println!("  registered: NOT all timers armed before the end"),
+        }
+        println!(
+            "  bridge RSS: {} MiB before, {} MiB armed ({:.0} bytes/key), {} MiB at the end",
+            rss_before / 1024,
+            rss_armed / 1024,
+            (rss_armed.saturating_sub(rss_before) * 1024) as f64 / n as f64,
+            rss_end / 1024
+        );
+        println!(
+            "  CPU over the run: bridge {:.1} s, sprout {:.1} s",
+            cpu.0, cpu.1
+        );
+        println!("  server commands: {}", cmds.join(", "));
+        println!("  lateness (ms)            p50     p99     max    lost   early  dupes");
+        let rows = [
+            ("bridge job (reserved)", &b, &bridge_arr),
+            ("  its fired_at_ms", &f, &fired_arr),
+            ("redis `expired` event", &r, &redis_arr),
+        ];
+        for (name, r, arr) in rows {
+            println!(
+                "  {name:<22} {:>6}  {:>6}  {:>6}  {:>6}  {:>6}  {:>5}",
+                r.p50,
+                r.p99,
+                r.max,
+                r.lost,
+                r.early,
+                arr.duplicates.load(Ordering::Relaxed)
+            );
+        }
+    });
+    drop(bridge);
+}

@@ -302,3 +302,22 @@ fn several_nodes_and_databases_are_followed_apart() {
     let want = vec![(0, "dev:1".to_string(), at0), (3, "dev:1".to_string(), at3)];
     assert_eq!(got, want);
 }
+
+#[test]
+fn keys_that_expire_before_the_bridge_sees_them_are_still_delivered() {
+    if !can_run("keys_that_expire_before_the_bridge_sees_them_are_still_delivered") {
+        return;
+    }
+    let mut s = Setup::start(&["flash:*"], &[]);
+    // 1 ms TTLs: by the time the bridge reads a key's expiry it is gone,
+    // and only Redis's `expired` event says what happened to it.
+    let keys: Vec<String> = (0..100).map(|i| format!("flash:{i}")).collect();
+    for key in &keys {
+        s.redis.set_px(key, "x", 1);
+    }
+    let mut got: Vec<String> = s.worker.drain(QUIET).into_iter().map(|d| d.key).collect();
+    got.sort();
+    let mut want = keys.clone();
+    want.sort();
+    assert_eq!(got, want, "every expired key delivered exactly once");
+}

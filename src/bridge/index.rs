@@ -16,6 +16,12 @@
 //! A *tombstone* (an entry whose expiry is [`CANCELLED`]) marks a timer that
 //! was cancelled while a firing worker held it reserved (the server lets
 //! only that worker delete it); the worker drops the timer when it sees it.
+//!
+//! A *delivered mark* ([`Entry::delivered`]) remembers for a while that a
+//! key's expiry was delivered, so Redis's `expired` event for it (which
+//! often follows the delivery: the bridge's own check makes Redis delete
+//! the key) is not taken for an expiry the bridge never saw. Marks older
+//! than [`MARK_KEEP_MS`] are swept.
 
 use std::io;
 use std::path::Path;
@@ -26,6 +32,8 @@ const CACHE_BYTES: u64 = 128 << 20;
 
 /// `expire_at_ms` of a tombstone.
 pub const CANCELLED: i64 = -1;
+/// How long a delivered mark is kept: far longer than an event can lag.
+pub const MARK_KEEP_MS: i64 = 10 * 60 * 1000;
 
 /// Where a key's pending expiry lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,6 +43,19 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The mark of an expiry delivered at `at_ms`: no timer (job ids start
+    /// at 1) and the delivery time, negated, as the expiry.
+    pub fn delivered(at_ms: i64) -> Entry {
+        Entry {
+            expire_at_ms: -at_ms.max(2),
+            timer: 0,
+        }
+    }
+
+    pub fn is_delivered(self) -> bool {
+        self.timer == 0 && self.expire_at_ms < CANCELLED
+    }
+
     fn encode(self) -> [u8; 16] {
         let mut out = [0; 16];
         out[..8].copy_from_slice(&self.expire_at_ms.to_be_bytes());
@@ -104,7 +125,29 @@ impl Index {
             .map_err(io_error)
     }
 
-    /// How many keys have a pending expiry.
+    /// Removes the delivered marks made before `before_ms`; returns how
+    /// many. A mark is only ever replaced by a newer entry, so removing a
+    /// stale one without the key's lock is safe.
+    pub fn sweep_delivered(&self, before_ms: i64) -> io::Result<usize> {
+        let mut swept = 0;
+        for item in self.tree.iter() {
+            let (key, value) = item.map_err(io_error)?;
+            let stale = Entry::decode(&value)
+                .is_some_and(|e| e.is_delivered() && -e.expire_at_ms < before_ms);
+            if stale
+                && self
+                    .tree
+                    .compare_and_swap(&key, Some(value), None::<&[u8]>)
+                    .map_err(io_error)?
+                    .is_ok()
+            {
+                swept += 1;
+            }
+        }
+        Ok(swept)
+    }
+
+    /// How many keys have an entry (pending, tombstone or delivered mark).
     pub fn len(&self) -> usize {
         self.tree.len()
     }
@@ -137,6 +180,33 @@ mod tests {
         assert_eq!(index.len(), 1);
         index.remove(0, b"k").unwrap();
         assert!(index.is_empty());
+        drop(index);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn delivered_marks_are_recognised_and_swept_when_old() {
+        let dir = std::env::temp_dir().join(format!("sprout-index-marks-{}", std::process::id()));
+        let index = Index::open(&dir).unwrap();
+        let pending = Entry {
+            expire_at_ms: 1_000,
+            timer: 7,
+        };
+        let tombstone = Entry {
+            expire_at_ms: CANCELLED,
+            timer: 8,
+        };
+        assert!(Entry::delivered(1_000).is_delivered());
+        assert!(!pending.is_delivered() && !tombstone.is_delivered());
+        index.set(0, b"old", Entry::delivered(1_000)).unwrap();
+        index.set(0, b"new", Entry::delivered(5_000)).unwrap();
+        index.set(0, b"pending", pending).unwrap();
+        index.set(0, b"tomb", tombstone).unwrap();
+        assert_eq!(index.sweep_delivered(2_000).unwrap(), 1);
+        assert_eq!(index.get(0, b"old").unwrap(), None);
+        assert_eq!(index.get(0, b"new").unwrap(), Some(Entry::delivered(5_000)));
+        assert_eq!(index.get(0, b"pending").unwrap(), Some(pending));
+        assert_eq!(index.get(0, b"tomb").unwrap(), Some(tombstone));
         drop(index);
         let _ = std::fs::remove_dir_all(dir);
     }

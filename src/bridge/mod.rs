@@ -161,6 +161,7 @@ pub async fn run(
             config.pubsub,
         ));
     }
+    tokio::spawn(sweep_marks(index.clone()));
     tracing::info!(
         tube = config.tube.as_str(),
         timers = timer_tube,
@@ -170,6 +171,18 @@ pub async fn run(
     );
     shutdown.await;
     index.flush()
+}
+
+/// Removes old delivered marks from the index, once a minute.
+async fn sweep_marks(index: Index) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        match index.sweep_delivered(now_ms() - index::MARK_KEEP_MS) {
+            Ok(n) if n > 0 => tracing::debug!(marks = n, "swept delivered marks"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot sweep the bridge index"),
+        }
+    }
 }
 
 async fn detect_flavour(session: &mut Session) -> Flavour {

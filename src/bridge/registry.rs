@@ -5,7 +5,12 @@
 //!   a TTL that differs from the index's puts a new timer, then records it,
 //!   then deletes the old one; no TTL, or a key gone before its deadline
 //!   (DEL, RENAME away, MOVE, eviction), cancels. A key gone at or after
-//!   its deadline is left to its timer, which delivers it.
+//!   its deadline is left to its timer, which delivers it. A key Redis
+//!   announced `expired` that has no timer (its events reached the bridge
+//!   only after it expired, e.g. under a backlog) gets a timer due at once,
+//!   so it is delivered, with the moment the bridge learnt of it as
+//!   `expire_at_ms`, rather than lost; a key whose expiry was already
+//!   delivered carries a mark (see `index`) and is left alone.
 //! * [`Registry::fire`] (a timer came due): a superseded timer (see below)
 //!   is dropped; otherwise Redis is asked again. Gone: the
 //!   delivery job is put, *then* the timer deleted (a crash in between
@@ -193,6 +198,11 @@ impl Registry {
         for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
             let current = self.index.get(node, key)?;
             match (expiry, current) {
+                (Expiry::Gone, Some(cur)) if cur.is_delivered() => {}
+                (Expiry::Persistent, Some(cur)) if cur.is_delivered() => {
+                    self.index.remove(node, key)?
+                }
+                (Expiry::Gone, None) if w.hint.expired => arms.push((node, key, now_ms(), None)),
                 (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
                     // Only when asked to verify: the timer may be gone.
                     let lost = w.hint.verify && !self.timer_exists(session, node, key, cur).await?;
@@ -232,6 +242,7 @@ impl Registry {
         // Step 1, from the index alone: superseded, cancelled, adopted.
         let mut deletes: Vec<JobId> = Vec::new();
         let mut unindex: Vec<(u16, &[u8])> = Vec::new();
+        let mut delivered: Vec<(u16, &[u8])> = Vec::new();
         let mut ask: Vec<(&Due, Option<Entry>)> = Vec::new();
         for (due, &(node, key)) in dues.iter().zip(&keys) {
             let (id, timer) = (due.id, &due.timer);
@@ -290,9 +301,7 @@ impl Registry {
                         body: timer.delivery(now).into(),
                     });
                     deletes.push(id);
-                    if current.is_some() {
-                        unindex.push(key);
-                    }
+                    delivered.push(key);
                 }
                 Expiry::Persistent => {
                     deletes.push(id);
@@ -334,6 +343,9 @@ impl Registry {
         // Step 4: the index, once the timers are gone.
         for (node, key) in unindex {
             self.index.remove(node, key)?;
+        }
+        for (node, key) in delivered {
+            self.index.set(node, key, Entry::delivered(now))?;
         }
         Ok(())
     }

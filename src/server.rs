@@ -109,6 +109,8 @@ impl Server {
                 tracing::info!(
                     jobs = recovered.jobs.len(),
                     skipped = recovered.skipped,
+                    stored_bytes = recovered.stored_bytes,
+                    live_bytes = recovered.live_bytes,
                     "recovered from {} in {:?}",
                     dir.display(),
                     started.elapsed()

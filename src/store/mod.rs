@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use crate::engine::Record;
 
 pub mod checkpoint;
+mod log;
+mod page;
 pub mod record;
 pub mod sled;
 mod slots;

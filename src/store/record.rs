@@ -1,24 +1,12 @@
-//! How jobs are laid out in the sled tree.
+//! How a job and the store's counters are encoded.
 //!
-//! One tree, three kinds of key, so one `sled::Batch` (atomic) can carry a
-//! whole group commit:
-//! - `j` + slot: a job's whole image, its id and body included, rewritten on
-//!   every change;
+//! A job's image is stored whole, its id and body included, and rewritten on
+//! every change (in a new page: see `page.rs`): sled 0.34's cost is per key,
+//! so one self-contained value per change beats a layout that splits out
+//! the body. The store's other keys are two counters:
 //! - `n`: the next job id to issue, so ids stay above every id ever issued
 //!   even when the newest jobs were deleted before a restart;
 //! - `c`: the number of the last batch (see `checkpoint.rs`).
-//!
-//! Keys are storage slots (see `slots.rs`), not job ids: a queue inserts at
-//! ever higher ids and deletes at the low end, and sled 0.34 never merges the
-//! tree nodes such deletes empty, so id keys made the store grow without
-//! bound under churn (measured: ~15 MiB of disk and ~170 MiB of RSS per
-//! 100k put+delete cycles with 1000 jobs live). Reused slots keep the key
-//! space as small as the number of live jobs.
-//!
-//! One key per job, body included, because sled 0.34's memory and disk cost
-//! is per key: with the body under a second key, 1M puts of 100 bytes took
-//! 0.9–4.9 GB of RSS and 670 MB of disk; under one key, 190 MB and 300 MB,
-//! and faster. The price: an update rewrites the body too.
 //!
 //! An image starts with a format version; anything that does not decode
 //! exactly is reported as corrupt, never guessed at.
@@ -31,30 +19,11 @@ use crate::engine::{JobImage, Stored};
 
 pub const NEXT_ID_KEY: &[u8] = b"n";
 pub const COMMIT_KEY: &[u8] = b"c";
-pub const JOB_PREFIX: u8 = b'j';
 
 const VERSION: u8 = 1;
 /// Version, id, state tag, state value, pri, ttr, delay, created, five
 /// counters, tube name length; then the name.
 const FIXED_LEN: usize = 1 + 8 + 1 + 8 + 4 + 4 + 4 + 8 + 5 * 4 + 1;
-
-/// Where a job is kept in the tree.
-pub type Slot = u32;
-
-pub fn job_key(slot: Slot) -> [u8; 5] {
-    let mut k = [JOB_PREFIX; 5];
-    k[1..].copy_from_slice(&slot.to_be_bytes());
-    k
-}
-
-/// The slot in a `j` key.
-pub fn key_slot(key: &[u8]) -> Result<Slot, Corrupt> {
-    let bytes: [u8; 4] = key
-        .get(1..)
-        .and_then(|b| b.try_into().ok())
-        .ok_or(Corrupt("a job key of the wrong length"))?;
-    Ok(Slot::from_be_bytes(bytes))
-}
 
 /// A stored value that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +35,15 @@ impl fmt::Display for Corrupt {
     }
 }
 
-/// The stored form of a job: its fixed fields, its tube name, then its body.
-pub fn encode_job(image: &JobImage) -> Vec<u8> {
+/// The length of [`encode_job`]'s output.
+pub fn encoded_len(image: &JobImage) -> usize {
+    FIXED_LEN + image.tube.as_bytes().len() + image.body.len()
+}
+
+/// Appends the stored form of a job to `out`: its fixed fields, its tube
+/// name, then its body.
+pub fn encode_job(image: &JobImage, out: &mut Vec<u8>) {
     let name = image.tube.as_bytes();
-    let mut out = Vec::with_capacity(FIXED_LEN + name.len() + image.body.len());
     let (tag, value) = match image.state {
         Stored::Ready => (0u8, 0),
         Stored::Reserved => (1, 0),
@@ -97,7 +71,6 @@ pub fn encode_job(image: &JobImage) -> Vec<u8> {
     out.push(name.len() as u8);
     out.extend_from_slice(name);
     out.extend_from_slice(&image.body);
-    out
 }
 
 /// Reads back what [`encode_job`] wrote.
@@ -210,14 +183,18 @@ mod tests {
             Stored::Buried(9),
         ] {
             let original = image(state);
-            let back = decode_job(&encode_job(&original)).unwrap();
+            let mut value = Vec::new();
+            encode_job(&original, &mut value);
+            assert_eq!(value.len(), encoded_len(&original));
+            let back = decode_job(&value).unwrap();
             assert_eq!(back, original);
         }
     }
 
     #[test]
     fn damaged_records_are_corrupt_not_guessed() {
-        let value = encode_job(&image(Stored::Ready));
+        let mut value = Vec::new();
+        encode_job(&image(Stored::Ready), &mut value);
         let fixed = value.len() - b"hello".len();
         for cut in 0..fixed {
             assert!(decode_job(&value[..cut]).is_err(), "cut at {cut}");
@@ -231,12 +208,5 @@ mod tests {
         let mut bad_name = value;
         bad_name[fixed - 6] = b' ';
         assert_eq!(decode_job(&bad_name), Err(Corrupt("an invalid tube name")));
-    }
-
-    #[test]
-    fn keys_sort_by_slot_and_read_back() {
-        assert!(job_key(2) < job_key(256));
-        assert_eq!(key_slot(&job_key(77)).unwrap(), 77);
-        assert!(key_slot(b"j12").is_err());
     }
 }

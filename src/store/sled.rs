@@ -2,10 +2,11 @@
 //! thread that commits in groups.
 //!
 //! Connections never touch sled. Their records queue on a channel; the
-//! writer takes everything queued, applies it as one atomic `sled::Batch`
-//! and, under `-f 0`, makes it durable before it reports the whole group
-//! done: one flush answers every reply that was waiting, however many
-//! connections sent them (group commit).
+//! writer takes everything queued, packs it into a few pages (`page.rs`),
+//! applies them as one atomic `sled::Batch` and, under `-f 0`, makes it
+//! durable before it reports the whole group done: one flush answers every
+//! reply that was waiting, however many connections sent them (group
+//! commit).
 //!
 //! What "durable" means here: sled's `flush` writes its log buffers with
 //! `pwrite` and then, on Linux, calls only `sync_file_range` on the written
@@ -21,6 +22,7 @@
 //! submission fails at once, and the server refuses new jobs until it is
 //! restarted with room on the disk.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
@@ -33,8 +35,9 @@ use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::checkpoint::{self, Checkpoint};
-use super::record::{self, COMMIT_KEY, JOB_PREFIX, NEXT_ID_KEY};
-use super::slots::Slots;
+use super::log::Log;
+use super::page::{self, PageBuilder, PAGE_PREFIX};
+use super::record::{self, COMMIT_KEY, NEXT_ID_KEY};
 use super::{Policy, Progress, Seq, Store};
 use crate::engine::{BinlogStats, JobImage, Record, Stored};
 
@@ -59,10 +62,13 @@ pub struct Recovered {
     pub next_id: JobId,
     /// Damaged jobs skipped (only with `salvage`).
     pub skipped: usize,
+    /// The size of the store's pages, and of the live job images in them.
+    pub stored_bytes: u64,
+    pub live_bytes: u64,
     /// The number of the last batch in the store.
     commit: u64,
     /// Where each job is kept.
-    slots: Slots,
+    log: Log,
 }
 
 enum Message {
@@ -131,7 +137,7 @@ impl SledStore {
             stats,
             healthy: healthy.clone(),
             next_id: recovered.next_id,
-            slots: std::mem::take(&mut recovered.slots),
+            log: std::mem::take(&mut recovered.log),
             checkpoint,
             commit: recovered.commit.max(durable),
             broken: None,
@@ -197,8 +203,7 @@ fn counter(db: &::sled::Db, key: &[u8]) -> Result<u64, String> {
 }
 
 /// Reads every job back, checking that the store holds every commit the
-/// checkpoint says was durable, that each image has its body and each body
-/// its image.
+/// checkpoint says was durable and that every page decodes.
 fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, String> {
     let commit = counter(db, COMMIT_KEY)?;
     if commit < durable {
@@ -212,22 +217,37 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
         }
         tracing::error!("salvaging: {lost}");
     }
-    let mut recovered = Recovered {
-        jobs: Vec::new(),
-        next_id: counter(db, NEXT_ID_KEY)?.max(1),
-        skipped: 0,
-        commit,
-        slots: Slots::default(),
-    };
-    let mut used = Vec::new();
-    for item in db.scan_prefix([JOB_PREFIX]) {
+    let mut pages = Vec::new();
+    for item in db.iter() {
         let (key, value) = item.map_err(|e| e.to_string())?;
-        let decoded =
-            record::key_slot(&key).and_then(|slot| Ok((slot, record::decode_job(&value)?)));
-        match decoded {
-            Ok((slot, image)) => {
+        match key.first() {
+            Some(&PAGE_PREFIX) => {
+                pages.push((page::key_slot(&key).map_err(|e| e.to_string())?, value))
+            }
+            _ if *key == *COMMIT_KEY || *key == *NEXT_ID_KEY => {}
+            _ => {
+                return Err(format!(
+                    "it holds a key this sprout does not know ({:?}): \
+                     was it written by another version?",
+                    String::from_utf8_lossy(&key)
+                ))
+            }
+        }
+    }
+    let replayed = Log::replay(&pages, salvage).map_err(|e| e.to_string())?;
+    let mut recovered = Recovered {
+        jobs: Vec::with_capacity(replayed.images.len()),
+        next_id: counter(db, NEXT_ID_KEY)?.max(1),
+        skipped: replayed.skipped,
+        stored_bytes: 0,
+        live_bytes: 0,
+        commit,
+        log: Log::default(),
+    };
+    for image in replayed.images {
+        match record::decode_job(image) {
+            Ok(image) => {
                 recovered.next_id = recovered.next_id.max(image.id + 1);
-                used.push((image.id, slot));
                 recovered.jobs.push(image);
             }
             Err(e) if salvage => {
@@ -237,7 +257,8 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
             Err(e) => return Err(e.to_string()),
         }
     }
-    recovered.slots = Slots::recovered(used);
+    (recovered.stored_bytes, recovered.live_bytes) = replayed.log.sizes();
+    recovered.log = replayed.log;
     // Buried jobs go last, oldest burial first, so they bury in order.
     recovered.jobs.sort_by_key(|image| match image.state {
         Stored::Buried(seq) => (1, seq),
@@ -256,7 +277,7 @@ struct Writer {
     healthy: Arc<AtomicBool>,
     /// The highest next id written to the store.
     next_id: JobId,
-    slots: Slots,
+    log: Log,
     checkpoint: Checkpoint,
     /// The number of the last batch applied.
     commit: u64,
@@ -323,31 +344,48 @@ impl Writer {
         }
     }
 
-    /// Applies a group as one atomic batch (durably under `-f 0`).
+    /// Applies a group as one atomic batch (durably under `-f 0`): the
+    /// group's last word on each job it touched, in new pages, plus what
+    /// cleaning the oldest pages copies out of them.
     fn commit(&mut self, group: &[(Seq, Vec<Record>)]) -> io::Result<()> {
         self.check_broken()?;
-        let mut batch = ::sled::Batch::default();
         let mut written = 0;
         let mut next_id = self.next_id;
+        let mut order = Vec::new();
+        let mut last: HashMap<JobId, Option<&JobImage>> = HashMap::new();
         for record in group.iter().flat_map(|(_, records)| records) {
             written += 1;
-            match record {
+            let (id, image) = match record {
                 Record::Put(image) => {
-                    let slot = self.slots.assign(image.id);
-                    batch.insert(&record::job_key(slot), record::encode_job(image));
                     next_id = next_id.max(image.id + 1);
+                    (image.id, Some(image))
                 }
-                Record::Update(image) => {
-                    if let Some(slot) = self.slots.get(image.id) {
-                        batch.insert(&record::job_key(slot), record::encode_job(image));
-                    }
-                }
-                Record::Delete(id) => {
-                    if let Some(slot) = self.slots.release(*id) {
-                        batch.remove(&record::job_key(slot));
-                    }
-                }
+                Record::Update(image) => (image.id, Some(image)),
+                Record::Delete(id) => (*id, None),
+            };
+            if last.insert(id, image).is_none() {
+                order.push(id);
             }
+        }
+        let first_seq = self.log.next_seq();
+        let mut pages = PageBuilder::default();
+        for id in order {
+            let stored = self.log.forget(id);
+            match last[&id] {
+                Some(image) => {
+                    let (page, len) = pages.image(image);
+                    self.log.place(first_seq + page as u64, id, len);
+                }
+                None if stored => pages.tombstone(id),
+                None => {}
+            }
+        }
+        let mut batch = ::sled::Batch::default();
+        self.clean(&mut pages, &mut batch, first_seq)?;
+        for entries in pages.finish() {
+            let value = page::seal(self.log.next_seq(), &entries);
+            let (_, slot) = self.log.add_page(value.len());
+            batch.insert(&page::page_key(slot), value);
         }
         if next_id != self.next_id {
             batch.insert(NEXT_ID_KEY, &next_id.to_le_bytes());
@@ -362,6 +400,40 @@ impl Writer {
         if self.policy == Policy::Always {
             self.make_durable()?;
         }
+        Ok(())
+    }
+
+    /// Cleans the oldest pages while the log is over its bound (see
+    /// `log.rs`): their live images go into `pages`, they leave the tree.
+    fn clean(
+        &mut self,
+        pages: &mut PageBuilder,
+        batch: &mut ::sled::Batch,
+        first_seq: u64,
+    ) -> io::Result<()> {
+        let written = pages.bytes() as u64;
+        let (mut cleaned, mut moved) = (0, 0);
+        while let Some((seq, slot)) = self.log.to_clean(written, cleaned) {
+            let key = page::page_key(slot);
+            let value = self.db.get(key).map_err(io::Error::from)?;
+            let value = value.ok_or_else(|| other(format!("page {seq} is missing")))?;
+            let corrupt = |e: record::Corrupt| other(format!("page {seq}: {e}"));
+            let (_, entries) = page::read(&value).map_err(corrupt)?;
+            for entry in entries {
+                let entry = entry.map_err(corrupt)?;
+                if entry.image.is_some() && self.log.is_live(seq, entry.id) {
+                    let (page, len) = pages.copy(entry.raw);
+                    self.log.place(first_seq + page as u64, entry.id, len);
+                    moved += 1;
+                }
+            }
+            cleaned += value.len() as u64;
+            batch.remove(&key);
+            self.log.remove_oldest();
+        }
+        self.stats
+            .records_migrated
+            .fetch_add(moved, Ordering::Relaxed);
         Ok(())
     }
 
@@ -397,3 +469,6 @@ impl Writer {
         false
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,63 +1,56 @@
-//! Storage slots: the small, reused numbers jobs are keyed by in the tree
-//! (see `record.rs` for why not job ids).
+//! Storage slots: the small, reused numbers pages are keyed by in the tree.
 //!
-//! The writer thread alone assigns them, so no locking; the mapping is
-//! rebuilt from the keys at startup, and freed slots are handed out again
-//! lowest first, so the key space stays as compact as the live jobs.
+//! Page sequence numbers only grow, and sled 0.34 never merges the tree
+//! nodes that deletes at the low end of a growing key space empty, so keys
+//! that only grow made the store grow without bound under churn (measured
+//! with one key per job id: ~15 MiB of disk and ~170 MiB of RSS per 100k
+//! put+delete cycles with 1000 jobs live). Pages are therefore keyed by a
+//! slot, handed out lowest free first, and carry their sequence number in
+//! their value; the key space stays as small as the number of live pages.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
-use sprout_protocol::JobId;
-
-use super::record::Slot;
+/// Where a page is kept in the tree.
+pub type Slot = u32;
 
 #[derive(Default)]
 pub struct Slots {
-    by_id: HashMap<JobId, Slot>,
     free: BinaryHeap<Reverse<Slot>>,
     /// Every slot below this has been handed out at some point.
     high: Slot,
 }
 
 impl Slots {
-    /// The mapping a store's keys describe.
-    pub fn recovered(used: impl IntoIterator<Item = (JobId, Slot)>) -> Slots {
-        let by_id: HashMap<JobId, Slot> = used.into_iter().collect();
-        let high = by_id.values().max().map_or(0, |&s| s + 1);
+    /// The free slots around those a store's keys use.
+    pub fn recovered(used: impl IntoIterator<Item = Slot>) -> Slots {
+        let used: Vec<Slot> = used.into_iter().collect();
+        let high = used.iter().max().map_or(0, |&s| s + 1);
         let mut taken = vec![false; high as usize];
-        for &slot in by_id.values() {
+        for &slot in &used {
             taken[slot as usize] = true;
         }
         let free = (0..high)
             .filter(|&s| !taken[s as usize])
             .map(Reverse)
             .collect();
-        Slots { by_id, free, high }
+        Slots { free, high }
     }
 
-    /// A slot for a new job.
-    pub fn assign(&mut self, id: JobId) -> Slot {
-        let slot = match self.free.pop() {
+    /// The lowest free slot.
+    pub fn take(&mut self) -> Slot {
+        match self.free.pop() {
             Some(Reverse(slot)) => slot,
             None => {
                 self.high += 1;
                 self.high - 1
             }
-        };
-        self.by_id.insert(id, slot);
-        slot
+        }
     }
 
-    pub fn get(&self, id: JobId) -> Option<Slot> {
-        self.by_id.get(&id).copied()
-    }
-
-    /// Frees the slot of a deleted job.
-    pub fn release(&mut self, id: JobId) -> Option<Slot> {
-        let slot = self.by_id.remove(&id)?;
+    /// Frees a slot for reuse.
+    pub fn give(&mut self, slot: Slot) {
         self.free.push(Reverse(slot));
-        Some(slot)
     }
 }
 
@@ -68,26 +61,15 @@ mod tests {
     #[test]
     fn freed_slots_are_reused_lowest_first() {
         let mut slots = Slots::default();
-        assert_eq!(
-            (slots.assign(10), slots.assign(11), slots.assign(12)),
-            (0, 1, 2)
-        );
-        assert_eq!(slots.release(12), Some(2));
-        assert_eq!(slots.release(10), Some(0));
-        assert_eq!(slots.assign(13), 0);
-        assert_eq!(slots.assign(14), 2);
-        assert_eq!(slots.assign(15), 3);
-        assert_eq!(slots.get(11), Some(1));
-        assert_eq!(slots.release(99), None);
+        assert_eq!((slots.take(), slots.take(), slots.take()), (0, 1, 2));
+        slots.give(2);
+        slots.give(0);
+        assert_eq!((slots.take(), slots.take(), slots.take()), (0, 2, 3));
     }
 
     #[test]
     fn recovery_frees_the_gaps() {
-        let mut slots = Slots::recovered([(7, 0), (9, 3)]);
-        assert_eq!(slots.get(9), Some(3));
-        assert_eq!(
-            (slots.assign(20), slots.assign(21), slots.assign(22)),
-            (1, 2, 4)
-        );
+        let mut slots = Slots::recovered([0, 3]);
+        assert_eq!((slots.take(), slots.take(), slots.take()), (1, 2, 4));
     }
 }

@@ -1,0 +1,187 @@
+//! The page log's bookkeeping: where each job's latest image is, and which
+//! pages can go.
+//!
+//! Pages (`page.rs`) are only ever appended, so the log holds dead entries:
+//! images a later page superseded, images and tombstones of deleted jobs.
+//! It is kept bounded the way log-structured stores are: once it holds more
+//! than twice its live bytes (plus [`SLACK`]), each commit also cleans the
+//! oldest pages, copying their still-live images into the commit's new pages
+//! and removing them, in the same atomic batch. Cleaning only ever takes the
+//! oldest page, and that is what makes dropping its tombstones safe: a
+//! tombstone only has to outlive the older images of its job, and once its
+//! page is the oldest there are none. Each commit cleans at most a few times
+//! what it wrote, so the work is spread over the writes that cause it, and a
+//! pass over the whole log frees at least half of it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use sprout_protocol::JobId;
+
+use super::page;
+use super::record::Corrupt;
+use super::slots::{Slot, Slots};
+
+/// Dead bytes tolerated beyond the live ones before cleaning starts.
+pub const SLACK: u64 = 1024 * 1024;
+
+/// Cleaning per commit: at most this many times the bytes it wrote.
+const CLEAN_FACTOR: u64 = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Page {
+    slot: Slot,
+    bytes: u64,
+}
+
+#[derive(Default)]
+pub struct Log {
+    /// Every stored job: the sequence number of the page holding its latest
+    /// image, and that entry's length.
+    jobs: HashMap<JobId, (u64, u32)>,
+    /// Stored pages by sequence number.
+    pages: BTreeMap<u64, Page>,
+    slots: Slots,
+    next_seq: u64,
+    live_bytes: u64,
+    stored_bytes: u64,
+}
+
+/// What replaying a store's pages found.
+pub struct Replayed<'a> {
+    pub log: Log,
+    /// The latest image of every live job, still encoded.
+    pub images: Vec<&'a [u8]>,
+    /// Damaged entries skipped (only when salvaging).
+    pub skipped: usize,
+}
+
+impl Log {
+    /// Rebuilds the log from every stored page, given as (slot, value):
+    /// applies their entries in sequence order.
+    pub fn replay(pages: &[(Slot, sled::IVec)], salvage: bool) -> Result<Replayed<'_>, Corrupt> {
+        let mut log = Log::default();
+        let mut skipped = 0;
+        let mut read = Vec::with_capacity(pages.len());
+        for (slot, value) in pages {
+            match page::read(value) {
+                Ok((seq, entries)) => read.push((seq, *slot, value.len(), entries)),
+                Err(e) if salvage => {
+                    tracing::error!("skipping a damaged page: {e}");
+                    skipped += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        read.sort_by_key(|&(seq, ..)| seq);
+        let mut latest: HashMap<JobId, &[u8]> = HashMap::new();
+        for (seq, slot, bytes, entries) in read {
+            if log
+                .pages
+                .insert(
+                    seq,
+                    Page {
+                        slot,
+                        bytes: bytes as u64,
+                    },
+                )
+                .is_some()
+            {
+                return Err(Corrupt("two pages with the same sequence number"));
+            }
+            log.stored_bytes += bytes as u64;
+            log.next_seq = seq + 1;
+            for entry in entries {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(e) if salvage => {
+                        tracing::error!("skipping the rest of a damaged page: {e}");
+                        skipped += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                match entry.image {
+                    Some(image) => {
+                        log.place(seq, entry.id, entry.raw.len() as u32);
+                        latest.insert(entry.id, image);
+                    }
+                    None => {
+                        log.forget(entry.id);
+                        latest.remove(&entry.id);
+                    }
+                }
+            }
+        }
+        log.slots = Slots::recovered(log.pages.values().map(|p| p.slot));
+        Ok(Replayed {
+            log,
+            images: latest.into_values().collect(),
+            skipped,
+        })
+    }
+
+    /// The sequence number the next new page gets.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Drops the stored image of `id`, if any; says whether there was one
+    /// (then a delete needs a tombstone).
+    pub fn forget(&mut self, id: JobId) -> bool {
+        match self.jobs.remove(&id) {
+            Some((_, len)) => {
+                self.live_bytes -= u64::from(len);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Records that page `seq` holds the latest image of `id`.
+    pub fn place(&mut self, seq: u64, id: JobId, len: u32) {
+        if let Some((_, old)) = self.jobs.insert(id, (seq, len)) {
+            self.live_bytes -= u64::from(old);
+        }
+        self.live_bytes += u64::from(len);
+    }
+
+    /// Whether the image of `id` in page `seq` is its latest.
+    pub fn is_live(&self, seq: u64, id: JobId) -> bool {
+        self.jobs.get(&id).is_some_and(|&(s, _)| s == seq)
+    }
+
+    /// Adds the next page, of `bytes` bytes; returns its sequence number
+    /// and slot.
+    pub fn add_page(&mut self, bytes: usize) -> (u64, Slot) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let slot = self.slots.take();
+        let bytes = bytes as u64;
+        self.pages.insert(seq, Page { slot, bytes });
+        self.stored_bytes += bytes;
+        (seq, slot)
+    }
+
+    /// The oldest page to clean, if the log is over its bound and this
+    /// commit, having written `written` bytes and cleaned `cleaned`, has
+    /// budget left.
+    pub fn to_clean(&self, written: u64, cleaned: u64) -> Option<(u64, Slot)> {
+        let over = self.stored_bytes > 2 * self.live_bytes + SLACK;
+        let budget = (CLEAN_FACTOR * written).max(page::PAGE_BYTES as u64);
+        let (&seq, p) = self.pages.first_key_value()?;
+        (over && cleaned < budget).then_some((seq, p.slot))
+    }
+
+    /// Removes the oldest page (once its live images are copied).
+    pub fn remove_oldest(&mut self) {
+        if let Some((_, p)) = self.pages.pop_first() {
+            self.stored_bytes -= p.bytes;
+            self.slots.give(p.slot);
+        }
+    }
+
+    /// Bytes in stored pages, and in their live images.
+    pub fn sizes(&self) -> (u64, u64) {
+        (self.stored_bytes, self.live_bytes)
+    }
+}

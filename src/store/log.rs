@@ -73,24 +73,23 @@ impl Log {
             }
         }
         read.sort_by_key(|&(seq, ..)| seq);
-        let mut latest: HashMap<JobId, &[u8]> = HashMap::new();
-        for (seq, slot, bytes, entries) in read {
+        for (seq, slot, bytes, entries) in &read {
             if log
                 .pages
                 .insert(
-                    seq,
+                    *seq,
                     Page {
-                        slot,
-                        bytes: bytes as u64,
+                        slot: *slot,
+                        bytes: *bytes as u64,
                     },
                 )
                 .is_some()
             {
                 return Err(Corrupt("two pages with the same sequence number"));
             }
-            log.stored_bytes += bytes as u64;
+            log.stored_bytes += *bytes as u64;
             log.next_seq = seq + 1;
-            for entry in entries {
+            for entry in entries.clone() {
                 let entry = match entry {
                     Ok(entry) => entry,
                     Err(e) if salvage => {
@@ -101,21 +100,24 @@ impl Log {
                     Err(e) => return Err(e),
                 };
                 match entry.image {
-                    Some(image) => {
-                        log.place(seq, entry.id, entry.raw.len() as u32);
-                        latest.insert(entry.id, image);
-                    }
-                    None => {
-                        log.forget(entry.id);
-                        latest.remove(&entry.id);
-                    }
+                    Some(_) => log.place(*seq, entry.id, entry.raw.len() as u32),
+                    None => _ = log.forget(entry.id),
+                }
+            }
+        }
+        // A second pass picks out the latest images, now that they are known.
+        let mut images = Vec::with_capacity(log.jobs.len());
+        for (seq, _, _, entries) in read {
+            for entry in entries.flatten() {
+                if let Some(image) = entry.image.filter(|_| log.is_live(seq, entry.id)) {
+                    images.push(image);
                 }
             }
         }
         log.slots = Slots::recovered(log.pages.values().map(|p| p.slot));
         Ok(Replayed {
             log,
-            images: latest.into_values().collect(),
+            images,
             skipped,
         })
     }

@@ -260,10 +260,12 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
     (recovered.stored_bytes, recovered.live_bytes) = replayed.log.sizes();
     recovered.log = replayed.log;
     // Buried jobs go last, oldest burial first, so they bury in order.
-    recovered.jobs.sort_by_key(|image| match image.state {
-        Stored::Buried(seq) => (1, seq),
-        _ => (0, image.id),
-    });
+    recovered
+        .jobs
+        .sort_unstable_by_key(|image| match image.state {
+            Stored::Buried(seq) => (1, seq),
+            _ => (0, image.id),
+        });
     Ok(recovered)
 }
 

@@ -87,7 +87,9 @@ fn pages_read_back_exactly_the_live_jobs() {
         assert!(recovered.next_id >= next_id);
         let (stored, live) = (recovered.stored_bytes, recovered.live_bytes);
         assert!(
-            stored <= 2 * live + SLACK + 64 * super::page::PAGE_BYTES as u64,
+            // Cleaning runs once per commit: the bound may be over by what
+            // one commit writes (at most every live job, ~60 x 40 KB).
+            stored <= 2 * live + SLACK + 2 * 60 * 40_000,
             "round {round}: {stored} bytes stored for {live} live"
         );
         // Pages only ever leave the log by cleaning.

@@ -147,7 +147,14 @@ fn producer(port: u16, shared: &Shared, tube: &'static str, seed: u64) -> Res<()
     while !shared.stop.load(Ordering::Relaxed) {
         n += 1;
         let pri = rng.below(100) as u32;
-        let body = format!("{tube}/{seed}/{n}/{}", "b".repeat(rng.below(64) as usize));
+        // One body in four is large, so each iteration writes megabytes and
+        // the store is cleaning its oldest pages when it is killed.
+        let filler = if rng.below(4) == 0 {
+            rng.below(60_000)
+        } else {
+            rng.below(64)
+        };
+        let body = format!("{tube}/{seed}/{n}/{}", "b".repeat(filler as usize));
         let msg = format!("put {pri} 0 {TTR} {}\r\n{body}\r\n", body.len());
         shared.tick();
         c.send(msg.as_bytes())?;

@@ -11,7 +11,8 @@
 //! tombstone only has to outlive the older images of its job, and once its
 //! page is the oldest there are none. Each commit cleans at most a few times
 //! what it wrote, so the work is spread over the writes that cause it, and a
-//! pass over the whole log frees at least half of it.
+//! pass over the whole log frees at least half of it; when no records wait,
+//! the writer cleans on its own, so a quiet queue's log shrinks too.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,6 +27,15 @@ pub const SLACK: u64 = 1024 * 1024;
 
 /// Cleaning per commit: at most this many times the bytes it wrote.
 const CLEAN_FACTOR: u64 = 4;
+
+/// Cleaning done in one step while no records wait: a queue that went quiet
+/// after a burst gives its disk back without waiting for more writes.
+pub const IDLE_CLEAN_BYTES: u64 = 1024 * 1024;
+
+/// How much a commit that wrote `written` bytes cleans at most.
+pub fn clean_budget(written: u64) -> u64 {
+    (CLEAN_FACTOR * written).max(page::PAGE_BYTES as u64)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Page {
@@ -164,14 +174,16 @@ impl Log {
         (seq, slot)
     }
 
-    /// The oldest page to clean, if the log is over its bound and this
-    /// commit, having written `written` bytes and cleaned `cleaned`, has
-    /// budget left.
-    pub fn to_clean(&self, written: u64, cleaned: u64) -> Option<(u64, Slot)> {
-        let over = self.stored_bytes > 2 * self.live_bytes + SLACK;
-        let budget = (CLEAN_FACTOR * written).max(page::PAGE_BYTES as u64);
+    /// Whether the log holds more dead bytes than it should.
+    pub fn over_bound(&self) -> bool {
+        self.stored_bytes > 2 * self.live_bytes + SLACK
+    }
+
+    /// The oldest page, to clean next, if the log is over its bound and
+    /// `cleaned` bytes are still within `budget`.
+    pub fn to_clean(&self, budget: u64, cleaned: u64) -> Option<(u64, Slot)> {
         let (&seq, p) = self.pages.first_key_value()?;
-        (over && cleaned < budget).then_some((seq, p.slot))
+        (self.over_bound() && cleaned < budget).then_some((seq, p.slot))
     }
 
     /// Removes the oldest page (once its live images are copied).

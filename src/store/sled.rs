@@ -27,7 +27,7 @@ use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::checkpoint::{self, Checkpoint};
-use super::log::Log;
+use super::log::{self, Log};
 use super::page::{self, PageBuilder, PAGE_PREFIX};
 use super::record::{self, COMMIT_KEY, NEXT_ID_KEY};
 use super::{Policy, Progress, Seq, Store};
@@ -295,7 +295,21 @@ impl Writer {
         // Under `-f MS`: since when written records wait for a flush.
         let mut dirty_since: Option<Instant> = None;
         loop {
+            let idle_cleaning = self.broken.is_none() && self.log.over_bound();
             let first = match (self.policy, dirty_since) {
+                _ if idle_cleaning => match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(TryRecvError::Empty) => {
+                        // Nothing waits: a cleaning step on its own.
+                        let result = self.commit(&[]);
+                        if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
+                            dirty_since.get_or_insert_with(Instant::now);
+                        }
+                        self.report(result, "cleaning");
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => return,
+                },
                 (Policy::Every(interval), Some(since)) => {
                     match rx.recv_timeout(interval.saturating_sub(since.elapsed())) {
                         Ok(m) => m,
@@ -348,7 +362,8 @@ impl Writer {
 
     /// Applies a group as one atomic batch (durably under `-f 0`): the
     /// group's last word on each job it touched, in new pages, plus what
-    /// cleaning the oldest pages copies out of them.
+    /// cleaning the oldest pages copies out of them. An empty group is a
+    /// cleaning step on its own.
     fn commit(&mut self, group: &[(Seq, Vec<Record>)]) -> io::Result<()> {
         self.check_broken()?;
         let mut written = 0;
@@ -413,9 +428,12 @@ impl Writer {
         batch: &mut ::sled::Batch,
         first_seq: u64,
     ) -> io::Result<()> {
-        let written = pages.bytes() as u64;
+        let budget = match pages.bytes() {
+            0 => log::IDLE_CLEAN_BYTES,
+            written => log::clean_budget(written as u64),
+        };
         let (mut cleaned, mut moved) = (0, 0);
-        while let Some((seq, slot)) = self.log.to_clean(written, cleaned) {
+        while let Some((seq, slot)) = self.log.to_clean(budget, cleaned) {
             let key = page::page_key(slot);
             let value = self.db.get(key).map_err(io::Error::from)?;
             let value = value.ok_or_else(|| other(format!("page {seq} is missing")))?;

@@ -127,5 +127,25 @@ fn pages_read_back_exactly_the_live_jobs() {
         store.close();
     }
     assert!(shrank, "cleaning never ran");
+
+    // Left alone, the writer cleans on its own down to the bound.
+    let (store, recovered) = open(&dir);
+    let mut ids: Vec<u64> = model.keys().copied().collect();
+    let gone = ids.split_off(ids.len() / 2);
+    for id in &gone {
+        model.remove(id);
+    }
+    let before = recovered.stored_bytes;
+    store.submit(gone.iter().map(|&id| Record::Delete(id)).collect());
+    std::thread::sleep(Duration::from_millis(500));
+    store.close();
+    let (_store, recovered) = open(&dir);
+    let back: BTreeMap<u64, JobImage> = recovered.jobs.into_iter().map(|j| (j.id, j)).collect();
+    assert_eq!(back, model);
+    let (stored, live) = (recovered.stored_bytes, recovered.live_bytes);
+    assert!(
+        stored <= 2 * live + SLACK,
+        "idle: {stored} bytes stored for {live} live (before: {before})"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,8 +3,8 @@
 //!
 //! A server may hold millions of jobs, so the record is kept small (96 bytes
 //! on 64-bit targets, body handle included): durations are `u32` seconds as
-//! beanstalkd reads them, the tube is an index, and the job's state shares a
-//! word with its position in its tube's heap. One `deadline` field serves
+//! beanstalkd reads them, and the tube is an index (the job's position in its
+//! tube's heap is kept by the job table, not here). One `deadline` field serves
 //! every state that needs a moment: when a delayed job becomes ready, when a
 //! reserved job's TTR runs out, and the bury order of a buried job.
 
@@ -34,12 +34,6 @@ impl State {
     }
 }
 
-const POS_BITS: u32 = 30;
-const POS_MASK: u32 = (1 << POS_BITS) - 1;
-
-/// The largest heap position a job can record.
-pub(super) const MAX_HEAP_POS: usize = POS_MASK as usize;
-
 pub(super) struct Job {
     pub(super) body: Bytes,
     pub(super) id: JobId,
@@ -54,8 +48,7 @@ pub(super) struct Job {
     /// Seconds of the delay given by the last `put` or `release`.
     pub(super) delay: u32,
     pub(super) tube: u32,
-    /// The state in the two high bits, the heap position in the others.
-    place: u32,
+    state: State,
     pub(super) reserves: u32,
     pub(super) timeouts: u32,
     pub(super) releases: u32,
@@ -82,7 +75,7 @@ impl Job {
             ttr,
             delay,
             tube,
-            place: 0,
+            state: State::Ready,
             reserves: 0,
             timeouts: 0,
             releases: 0,
@@ -92,35 +85,10 @@ impl Job {
     }
 
     pub(super) fn state(&self) -> State {
-        match self.place >> POS_BITS {
-            0 => State::Ready,
-            1 => State::Delayed,
-            2 => State::Reserved,
-            _ => State::Buried,
-        }
+        self.state
     }
 
     pub(super) fn set_state(&mut self, state: State) {
-        self.place = (state as u32) << POS_BITS | (self.place & POS_MASK);
-    }
-
-    /// Where the job sits in its tube's ready or delay heap.
-    pub(super) fn heap_pos(&self) -> usize {
-        (self.place & POS_MASK) as usize
-    }
-
-    pub(super) fn set_heap_pos(&mut self, pos: usize) {
-        assert!(pos <= MAX_HEAP_POS, "heap position overflow");
-        self.place = (self.place & !POS_MASK) | pos as u32;
-    }
-
-    /// The reserve order: lower priority value first, then older job.
-    pub(super) fn pri_key(&self) -> (u64, u64) {
-        (u64::from(self.pri), self.id)
-    }
-
-    /// The delay order: sooner deadline first, then older job.
-    pub(super) fn deadline_key(&self) -> (u64, u64) {
-        (self.deadline, self.id)
+        self.state = state;
     }
 }

@@ -11,10 +11,10 @@
 //! (a delayed job, a TTR, a DEADLINE_SOON margin, a pause, a reserve
 //! timeout); one timer task sleeps until then and calls [`Engine::tick`].
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use sprout_protocol::{
     Command, JobId, Op, ProtocolError, Rejected, Response, TubeName, URGENT_THRESHOLD,
 };
@@ -32,6 +32,7 @@ mod timers;
 mod tube;
 
 use conn::{Conn, Wait};
+use heap::{ByDeadline, ByPriority};
 use host::Host;
 use job::{Job, State};
 pub use journal::{JobImage, Record, Stored};
@@ -123,7 +124,10 @@ pub struct Engine {
     now: Time,
     jobs: JobTable,
     tubes: Tubes,
-    conns: HashMap<ConnId, Conn>,
+    /// By id. Looked up several times per command; ids are handed out
+    /// here in sequence, never chosen by a client, so the fast unkeyed
+    /// FxHash is safe.
+    conns: FxHashMap<ConnId, Conn>,
     timers: Timers,
     stats: Stats,
     wakeups: Vec<(ConnId, Response)>,
@@ -157,7 +161,7 @@ impl Engine {
             now,
             jobs: JobTable::new(),
             tubes: Tubes::new(),
-            conns: HashMap::new(),
+            conns: FxHashMap::default(),
             timers: Timers::default(),
             stats: Stats::default(),
             wakeups: Vec::new(),
@@ -410,8 +414,12 @@ impl Engine {
             }
             Command::Ignore(name) => self.ignore(conn, &name),
             Command::Peek(id) => self.found(self.jobs.find(id)),
-            Command::PeekReady => self.found(self.tubes[self.used(conn)].ready.peek()),
-            Command::PeekDelayed => self.found(self.tubes[self.used(conn)].delayed.peek()),
+            Command::PeekReady => {
+                self.found(self.tubes[self.used(conn)].ready.peek().map(|e| e.slot))
+            }
+            Command::PeekDelayed => {
+                self.found(self.tubes[self.used(conn)].delayed.peek().map(|e| e.slot))
+            }
             Command::PeekBuried => self.found(
                 self.tubes[self.used(conn)]
                     .buried
@@ -528,8 +536,8 @@ impl Engine {
             .iter()
             .filter(|&&t| !self.tubes[t].is_paused())
             .filter_map(|&t| self.tubes[t].ready.peek())
-            .min_by_key(|&slot| self.jobs[slot].pri_key());
-        if let Some(slot) = best {
+            .min_by_key(|e| e.key());
+        if let Some(ByPriority { slot, .. }) = best {
             self.take_out(slot);
             self.make_reserved(conn, slot);
             return Outcome::Reply(self.reserved_reply(slot));
@@ -610,7 +618,7 @@ impl Engine {
             let next = if from_buried {
                 tube.buried.first().map(|&(_, slot)| slot)
             } else {
-                tube.delayed.peek()
+                tube.delayed.peek().map(|e| e.slot)
             };
             let Some(slot) = next else { break };
             self.kick_job(slot);
@@ -812,7 +820,7 @@ impl Engine {
             if tube.is_paused() {
                 return;
             }
-            let (Some(slot), Some((_, &conn))) =
+            let (Some(ByPriority { slot, .. }), Some((_, &conn))) =
                 (tube.ready.peek(), tube.waiters.first_key_value())
             else {
                 return;
@@ -840,10 +848,7 @@ impl Engine {
     // Timers.
 
     fn arm_delayed(&mut self, t: u32) {
-        let at = self.tubes[t]
-            .delayed
-            .peek()
-            .map(|slot| self.jobs[slot].deadline);
+        let at = self.tubes[t].delayed.peek().map(|e| e.deadline);
         self.timers.set(TimerKey::Delayed(t), at);
     }
 
@@ -855,7 +860,7 @@ impl Engine {
     /// Tube `t`'s soonest delayed job is due.
     fn delay_ended(&mut self, t: u32) {
         match self.tubes[t].delayed.peek() {
-            Some(slot) if self.jobs[slot].deadline <= self.now => {
+            Some(ByDeadline { deadline, slot, .. }) if deadline <= self.now => {
                 self.take_out(slot);
                 self.make_ready(slot);
             }

@@ -1,12 +1,13 @@
 //! The engine's unit tests: every command against explicit clock values, so
 //! timing is exact and nothing sleeps.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
 use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response as R, TubeName};
 
+use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::job::Job;
 use super::table::JobTable;
 use super::{Config, ConnId, Engine, Outcome, Time};
@@ -1308,6 +1309,69 @@ fn job_table_matches_a_hash_map() {
     for id in 1..next_id {
         assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
     }
+}
+
+#[test]
+fn heaps_match_a_sorted_model() {
+    // Few priorities and deadlines, so most keys tie on their first part;
+    // slots are reused as jobs come and go.
+    let mut table = JobTable::new();
+    let mut ready: SlotHeap<ByPriority> = SlotHeap::new();
+    let mut delayed: SlotHeap<ByDeadline> = SlotHeap::new();
+    let mut ready_model: BTreeSet<(u32, JobId, u32)> = BTreeSet::new();
+    let mut delayed_model: BTreeSet<(Time, JobId, u32)> = BTreeSet::new();
+    let mut next_id = 1;
+    let mut rng = 987_654_321u64;
+    for round in 0..60_000 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let (pick, which, key) = ((rng >> 40) as usize, rng >> 63 == 0, (rng >> 33) % 8);
+        // Grow for the first half, then shrink to nothing.
+        let grow = (rng >> 20) % 8 < if round < 30_000 { 5 } else { 2 };
+        if grow {
+            let mut job = Job::new(next_id, key as u32, 1, 0, 0, Bytes::new(), 0);
+            job.deadline = key;
+            let slot = table.insert(job);
+            if which {
+                ready.push(slot, &mut table);
+                ready_model.insert((key as u32, next_id, slot));
+            } else {
+                delayed.push(slot, &mut table);
+                delayed_model.insert((key, next_id, slot));
+            }
+            next_id += 1;
+        } else if which && !ready_model.is_empty() {
+            let &(pri, id, slot) = ready_model.iter().nth(pick % ready_model.len()).unwrap();
+            ready.remove(slot, &mut table);
+            ready_model.remove(&(pri, id, slot));
+            assert_eq!(table.remove(slot).id, id);
+        } else if !which && !delayed_model.is_empty() {
+            // Mostly the top, as ticks take them.
+            let n = if pick % 2 == 0 {
+                0
+            } else {
+                pick % delayed_model.len()
+            };
+            let &(at, id, slot) = delayed_model.iter().nth(n).unwrap();
+            delayed.remove(slot, &mut table);
+            delayed_model.remove(&(at, id, slot));
+            assert_eq!(table.remove(slot).id, id);
+        }
+        assert_eq!(ready.len(), ready_model.len());
+        assert_eq!(delayed.len(), delayed_model.len());
+        assert_eq!(
+            ready.peek().map(|e| (e.pri, e.id, e.slot)),
+            ready_model.first().copied()
+        );
+        assert_eq!(
+            delayed
+                .peek()
+                .map(|e| (e.deadline, table[e.slot].id, e.slot)),
+            delayed_model.first().copied()
+        );
+    }
+    assert!(ready.is_empty() && delayed.is_empty());
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! not to the jobs: a million delayed jobs in one tube are one entry here.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
 
 use super::{ConnId, Time};
 
@@ -27,7 +29,10 @@ pub(super) enum TimerKey {
 #[derive(Default)]
 pub(super) struct Timers {
     heap: BinaryHeap<Reverse<(Time, TimerKey)>>,
-    armed: HashMap<TimerKey, Time>,
+    /// Touched several times per promoted job. Owners are tube indexes and
+    /// connection ids the engine hands out, never chosen by a client, so the
+    /// fast unkeyed FxHash is safe.
+    armed: FxHashMap<TimerKey, Time>,
 }
 
 impl Timers {

@@ -13,8 +13,7 @@ use std::ops::{Index, IndexMut};
 
 use sprout_protocol::TubeName;
 
-use super::heap::SlotHeap;
-use super::job::Job;
+use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::{ConnId, Time};
 
 /// The index of the `default` tube, which is never removed.
@@ -22,8 +21,8 @@ pub(super) const DEFAULT_TUBE: u32 = 0;
 
 pub(super) struct Tube {
     pub(super) name: TubeName,
-    pub(super) ready: SlotHeap,
-    pub(super) delayed: SlotHeap,
+    pub(super) ready: SlotHeap<ByPriority>,
+    pub(super) delayed: SlotHeap<ByDeadline>,
     /// `(bury sequence, slot)`: the first entry was buried first.
     pub(super) buried: BTreeSet<(u64, u32)>,
     /// Waiting connections watching this tube, by wait sequence (oldest first).
@@ -47,8 +46,8 @@ impl Tube {
     fn new(name: TubeName, list_pos: usize) -> Tube {
         Tube {
             name,
-            ready: SlotHeap::new(Job::pri_key),
-            delayed: SlotHeap::new(Job::deadline_key),
+            ready: SlotHeap::new(),
+            delayed: SlotHeap::new(),
             buried: BTreeSet::new(),
             waiters: BTreeMap::new(),
             reserved: 0,
@@ -81,6 +80,9 @@ impl Tube {
 pub(super) struct Tubes {
     slots: Vec<Option<Tube>>,
     free: Vec<u32>,
+    /// Names come from clients, so this map keeps the standard library's
+    /// randomly keyed SipHash, which a flood of crafted colliding names
+    /// cannot degrade. Only commands that name a tube look it up.
     by_name: HashMap<TubeName, u32>,
     /// Every tube, in beanstalkd's order.
     list: Vec<u32>,

@@ -14,7 +14,9 @@
 //! pass over the whole log frees at least half of it; when no records wait,
 //! the writer cleans on its own, so a quiet queue's log shrinks too.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use sprout_protocol::JobId;
 
@@ -47,7 +49,8 @@ struct Page {
 pub struct Log {
     /// Every stored job: the sequence number of the page holding its latest
     /// image, and that entry's length.
-    jobs: HashMap<JobId, (u64, u32)>,
+    /// (Job ids are the server's own, so a fast unkeyed hash is safe.)
+    jobs: FxHashMap<JobId, (u64, u32)>,
     /// Stored pages by sequence number.
     pages: BTreeMap<u64, Page>,
     slots: Slots,

@@ -22,7 +22,6 @@
 //! submission fails at once, and the server refuses new jobs until it is
 //! restarted with room on the disk.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::PathBuf;
@@ -31,6 +30,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 use tokio::sync::watch;
 
@@ -369,7 +369,7 @@ impl Writer {
         let mut written = 0;
         let mut next_id = self.next_id;
         let mut order = Vec::new();
-        let mut last: HashMap<JobId, Option<&JobImage>> = HashMap::new();
+        let mut last: FxHashMap<JobId, Option<&JobImage>> = FxHashMap::default();
         for record in group.iter().flat_map(|(_, records)| records) {
             written += 1;
             let (id, image) = match record {

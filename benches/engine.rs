@@ -6,7 +6,7 @@
 //!
 //! The engine is driven as `src/connection.rs` and `src/timer.rs` drive it,
 //! through `execute` and `tick` with explicit [`Time`] values, with 100-byte
-//! bodies split off a read buffer as the codec does, and with no journal (as
+//! bodies in their own allocations as the codec makes them, and no journal (as
 //! without `-b`). Each 1M-job engine is built once, untimed, and keeps its
 //! size: the refilling and draining happen untimed between timed chunks of
 //! about [`CHUNK`] operations. Run with `cargo bench --bench engine`.
@@ -14,7 +14,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use sprout::engine::{Config, ConnId, Engine, Outcome, Time};
@@ -41,19 +41,17 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
         .measurement_time(Duration::from_secs(3));
 }
 
-/// 100-byte bodies split off a shared buffer, as the server's codec does.
-struct Bodies(BytesMut);
+/// 100-byte bodies, each in its own allocation, as the server's codec
+/// copies short bodies out of its read buffer.
+struct Bodies;
 
 impl Bodies {
     fn new() -> Bodies {
-        Bodies(BytesMut::new())
+        Bodies
     }
 
     fn next(&mut self) -> Bytes {
-        if self.0.len() < BODY {
-            self.0 = BytesMut::from(&[b'j'; 64 * 1024][..]);
-        }
-        self.0.split_to(BODY).freeze()
+        Bytes::copy_from_slice(&[b'j'; BODY])
     }
 }
 

@@ -5,7 +5,7 @@
 //! needed, or whether the line is too long; [`parse_command_line`] and
 //! [`parse_response_line`] then read one complete line. Bodies are never
 //! parsed here: the caller (see [`crate::codec`]) is told how many bytes
-//! follow and splits them off its buffer without copying.
+//! follow and takes them off its buffer.
 //!
 //! # Line framing, and two beanstalkd bugs not copied
 //!

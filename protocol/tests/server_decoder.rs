@@ -345,14 +345,30 @@ fn put_reads_its_body() {
 }
 
 #[test]
-fn put_body_is_split_off_the_read_buffer_without_copying() {
-    let mut codec = ServerCodec::new(100);
-    let mut buf = BytesMut::from(&b"put 1 2 3 5\r\nhello\r\n"[..]);
+fn short_bodies_are_copied_and_long_ones_split_off_the_read_buffer() {
+    let long = sprout_protocol::codec::COPY_BODIES_BELOW;
+    let mut codec = ServerCodec::new(long as u32 + 10);
+    let mut wire = b"put 1 2 3 5\r\nhello\r\n".to_vec();
+    wire.extend_from_slice(format!("put 1 2 3 {long}\r\n").as_bytes());
+    let long_at = wire.len();
+    wire.extend(std::iter::repeat_n(b'x', long));
+    wire.extend_from_slice(b"\r\n");
+    let mut buf = BytesMut::from(&wire[..]);
     let start = buf.as_ptr() as usize;
-    let Some(Ok(Command::Put { body, .. })) = codec.decode(&mut buf).unwrap() else {
-        panic!()
+    let end = start + buf.capacity();
+    let mut bodies = Vec::new();
+    while let Some(Ok(Command::Put { body, .. })) = codec.decode(&mut buf).unwrap() {
+        bodies.push(body);
+    }
+    assert!(buf.is_empty());
+    let [short, long_body] = &bodies[..] else {
+        panic!("{} bodies", bodies.len())
     };
-    assert_eq!(body.as_ptr() as usize, start + b"put 1 2 3 5\r\n".len());
+    // A short body must not keep the read buffer alive: it is a copy.
+    assert_eq!(&short[..], b"hello");
+    assert!(!(start..end).contains(&(short.as_ptr() as usize)));
+    assert_eq!(long_body.len(), long);
+    assert_eq!(long_body.as_ptr() as usize, start + long_at);
 }
 
 #[test]

@@ -38,7 +38,7 @@ pub struct BridgeArgs {
     #[arg(long = "match", value_name = "PATTERN", required = true)]
     pub patterns: Vec<String>,
 
-    /// Where the bridge keeps its small durable index (a sled database).
+    /// Where the bridge keeps its small durable index (the log file index.log).
     #[arg(long = "state-dir", value_name = "DIR")]
     pub state_dir: PathBuf,
 

@@ -1,15 +1,37 @@
 //! The bridge's durable index: for each watched key, its current timer.
 //!
-//! A sled tree under `--state-dir`, mapping `node (u16 BE) ++ key` to
-//! `expire_at_ms (i64 BE) ++ timer job id (u64 BE)`. It is small (one entry
-//! per key with a pending expiry) and it may lag after a crash: sled writes
-//! it back within its flush interval, and the bridge never relies on it
-//! alone. A timer the index does not name is re-checked against Redis
-//! before it is dropped, and startup reconciliation re-registers every key
-//! that still has a TTL. Why not keep it in Redis itself: the bridge must
-//! not write to the application's keyspace (it may be a read-only replica
-//! or a proxy), and a crash of Redis would take the index with it.
+//! An in-memory map, `(node, key)` → `(expire_at_ms, timer job id)`, with a
+//! write-behind log under `--state-dir` (the file [`LOG`]). Every change is
+//! encoded as a record beside the map, under the same lock, and a writer
+//! thread appends the records and `fdatasync`s the file about every
+//! [`SYNC_EVERY`], so callers (async tasks) never wait for the disk. At open
+//! the log is replayed into the map.
 //!
+//! It may lag after a crash: the changes of the last ~100 ms may be lost,
+//! and a torn or corrupt tail (detected by each record's length and CRC-32)
+//! ends the replay there; the file is truncated to its last good record.
+//! That is safe because the bridge never relies on the index alone: startup
+//! reconciliation re-registers every key that still has a TTL, a timer the
+//! index does not name is adopted and re-checked against Redis before it is
+//! dropped or fired (see `registry`), and job ids, which only grow, tell
+//! which of two timers is newer. Why not keep it in Redis itself: the bridge
+//! must not write to the application's keyspace (it may be a read-only
+//! replica or a proxy), and a crash of Redis would take the index with it.
+//! Why not a database (it was sled): every write cost a node copy and a
+//! background log flusher, about half of the bridge's CPU under load, for
+//! an index that fits in memory and need not be transactional.
+//!
+//! The log only grows, so when it is much larger than the live entries
+//! (see [`writer::needs_compaction`]) the writer thread writes a snapshot of the map
+//! to a temporary file, syncs it, renames it over the log and syncs the
+//! directory. It copies one shard of the map at a time, so callers wait at
+//! most for one shard's copy; changes made meanwhile stay queued and are
+//! appended after the snapshot (replaying a change already in the snapshot
+//! again is harmless: the last record of a key is its current state).
+//!
+//! The map is split in [`SHARDS`] shards, each under its own mutex, and
+//! hashed with std's keyed SipHash: the keys come from the application, so
+//! a hash an outsider can predict would let crafted keys degrade it.
 //! Callers hold the key's lock (see `registry`) around read-modify-write,
 //! so plain gets and sets are enough.
 //!
@@ -22,18 +44,39 @@
 //! often follows the delivery: the bridge's own check makes Redis delete
 //! the key) is not taken for an expiry the bridge never saw. Marks older
 //! than [`MARK_KEEP_MS`] are swept.
+//!
+//! Submodules: [`record`] (the log's format and its replay), [`writer`] (the
+//! thread that appends, syncs and compacts).
 
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::hash::BuildHasher;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// sled's page cache: enough for about a million keys' pages, so index
-/// writes do not read pages back from disk (sled rewrites a page per write).
-const CACHE_BYTES: u64 = 128 << 20;
+use record::{encode, replay, set_len};
+use writer::{write_snapshot, WriterHandle, TMP};
+
+mod record;
+#[cfg(test)]
+mod tests;
+mod writer;
 
 /// `expire_at_ms` of a tombstone.
 pub const CANCELLED: i64 = -1;
 /// How long a delivered mark is kept: far longer than an event can lag.
 pub const MARK_KEEP_MS: i64 = 10 * 60 * 1000;
+
+/// The log's file name in the state dir.
+pub const LOG: &str = "index.log";
+/// What the sled index of earlier versions left in the state dir.
+const SLED_FILES: [&str; 3] = ["db", "conf", "blobs"];
+/// Shards of the map (each under its own mutex).
+const SHARDS: usize = 16;
 
 /// Where a key's pending expiry lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,159 +98,232 @@ impl Entry {
     pub fn is_delivered(self) -> bool {
         self.timer == 0 && self.expire_at_ms < CANCELLED
     }
+}
 
-    fn encode(self) -> [u8; 16] {
-        let mut out = [0; 16];
-        out[..8].copy_from_slice(&self.expire_at_ms.to_be_bytes());
-        out[8..].copy_from_slice(&self.timer.to_be_bytes());
-        out
+/// One shard of the map, with the records of its changes not yet taken by
+/// the writer thread (in the order the changes were made).
+#[derive(Default)]
+struct Shard {
+    nodes: HashMap<u16, HashMap<Box<[u8]>, Entry>>,
+    pending: Vec<u8>,
+}
+
+impl Shard {
+    /// Applies a change; returns whether it changed anything and adjusts
+    /// `live` (the bytes of the live entries' set records).
+    fn apply(&mut self, node: u16, key: &[u8], entry: Option<Entry>, live: &AtomicU64) -> bool {
+        let size = set_len(key.len());
+        match entry {
+            Some(entry) => {
+                let map = self.nodes.entry(node).or_default();
+                match map.get_mut(key) {
+                    Some(old) if *old == entry => false,
+                    Some(old) => {
+                        *old = entry;
+                        true
+                    }
+                    None => {
+                        map.insert(key.into(), entry);
+                        live.fetch_add(size, Ordering::Relaxed);
+                        true
+                    }
+                }
+            }
+            None => {
+                let Some(map) = self.nodes.get_mut(&node) else {
+                    return false;
+                };
+                if map.remove(key).is_none() {
+                    return false;
+                }
+                if map.is_empty() {
+                    self.nodes.remove(&node);
+                }
+                live.fetch_sub(size, Ordering::Relaxed);
+                true
+            }
+        }
     }
 
-    fn decode(bytes: &[u8]) -> Option<Entry> {
-        let bytes: &[u8; 16] = bytes.try_into().ok()?;
-        let (exp, timer) = bytes.split_at(8);
-        Some(Entry {
-            expire_at_ms: i64::from_be_bytes(exp.try_into().ok()?),
-            timer: u64::from_be_bytes(timer.try_into().ok()?),
-        })
+    fn len(&self) -> usize {
+        self.nodes.values().map(HashMap::len).sum()
     }
 }
 
-/// The index, shared by every task of the bridge (sled is thread-safe).
+/// What the writer thread and callers of [`Index::flush`] share.
+#[derive(Default)]
+struct Control {
+    /// Flushes asked for, and how many of them are done.
+    requested: u64,
+    done: u64,
+    stop: bool,
+    /// Compact at the next round whatever the log's size.
+    compact: bool,
+    /// The last write or sync error, if the last attempt failed.
+    error: Option<String>,
+}
+
+struct Shared {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    /// Bytes of the live entries' set records: what a snapshot would take.
+    live_bytes: AtomicU64,
+    control: Mutex<Control>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn shard(&self, node: u16, key: &[u8]) -> MutexGuard<'_, Shard> {
+        let i = self.hasher.hash_one((node, key)) as usize % SHARDS;
+        lock(&self.shards[i])
+    }
+}
+
+/// Locks a mutex; a panic elsewhere while holding it left consistent data
+/// (every change is a single map operation plus its record).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The index, shared by every task of the bridge.
 #[derive(Clone)]
 pub struct Index {
-    db: sled::Db,
-    tree: sled::Tree,
-}
-
-fn io_error(e: sled::Error) -> io::Error {
-    io::Error::other(format!("bridge index: {e}"))
-}
-
-fn index_key(node: u16, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(2 + key.len());
-    k.extend_from_slice(&node.to_be_bytes());
-    k.extend_from_slice(key);
-    k
+    shared: Arc<Shared>,
+    _writer: Arc<WriterHandle>,
 }
 
 impl Index {
-    /// Opens (or creates) the index in `dir`.
+    /// Opens (or creates) the index in `dir`, replaying its log.
     pub fn open(dir: &Path) -> io::Result<Index> {
-        std::fs::create_dir_all(dir)?;
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(CACHE_BYTES)
-            .mode(sled::Mode::HighThroughput)
-            .flush_every_ms(Some(100))
-            .open()
-            .map_err(|e| io::Error::other(format!("cannot open {}: {e}", dir.display())))?;
-        let tree = db.open_tree("timers").map_err(io_error)?;
-        Ok(Index { db, tree })
+        let context = |e: io::Error| {
+            io::Error::new(e.kind(), format!("bridge index in {}: {e}", dir.display()))
+        };
+        std::fs::create_dir_all(dir).map_err(context)?;
+        let dir_file = File::open(dir).map_err(context)?;
+        // SAFETY: flock on a descriptor we own; released when it is closed.
+        if unsafe { libc::flock(dir_file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(context(io::Error::new(
+                e.kind(),
+                format!("already in use by another bridge ({e})"),
+            )));
+        }
+        let path = dir.join(LOG);
+        match std::fs::remove_file(dir.join(TMP)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(context(e)),
+            _ => {}
+        }
+        if !path.exists() {
+            if SLED_FILES.iter().any(|f| dir.join(f).exists()) {
+                tracing::warn!(
+                    "{} holds a bridge index of an earlier version (sled: db, conf, blobs/); \
+                     it is ignored and left in place (reconciliation with Redis rebuilds the \
+                     index), and may be deleted",
+                    dir.display()
+                );
+            }
+            write_snapshot(dir, &dir_file, &[]).map_err(context)?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(context)?;
+        let shared = Arc::new(Shared {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+            live_bytes: AtomicU64::new(0),
+            control: Mutex::default(),
+            wake: Condvar::new(),
+        });
+        let log_bytes = replay(&file, &path, &shared).map_err(context)?;
+        let writer =
+            writer::start(shared.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
+        Ok(Index {
+            shared,
+            _writer: Arc::new(writer),
+        })
     }
 
     pub fn get(&self, node: u16, key: &[u8]) -> io::Result<Option<Entry>> {
-        let raw = self.tree.get(index_key(node, key)).map_err(io_error)?;
-        Ok(raw.and_then(|v| Entry::decode(&v)))
+        let shard = self.shared.shard(node, key);
+        Ok(shard.nodes.get(&node).and_then(|m| m.get(key)).copied())
     }
 
     pub fn set(&self, node: u16, key: &[u8], entry: Entry) -> io::Result<()> {
-        self.tree
-            .insert(index_key(node, key), &entry.encode())
-            .map(drop)
-            .map_err(io_error)
+        self.change(node, key, Some(entry));
+        Ok(())
     }
 
     pub fn remove(&self, node: u16, key: &[u8]) -> io::Result<()> {
-        self.tree
-            .remove(index_key(node, key))
-            .map(drop)
-            .map_err(io_error)
+        self.change(node, key, None);
+        Ok(())
+    }
+
+    fn change(&self, node: u16, key: &[u8], entry: Option<Entry>) {
+        let mut shard = self.shared.shard(node, key);
+        if shard.apply(node, key, entry, &self.shared.live_bytes) {
+            encode(&mut shard.pending, node, key, entry);
+        }
     }
 
     /// Removes the delivered marks made before `before_ms`; returns how
     /// many. A mark is only ever replaced by a newer entry, so removing a
     /// stale one without the key's lock is safe.
     pub fn sweep_delivered(&self, before_ms: i64) -> io::Result<usize> {
+        let stale = |e: &Entry| e.is_delivered() && -e.expire_at_ms < before_ms;
         let mut swept = 0;
-        for item in self.tree.iter() {
-            let (key, value) = item.map_err(io_error)?;
-            let stale = Entry::decode(&value)
-                .is_some_and(|e| e.is_delivered() && -e.expire_at_ms < before_ms);
-            if stale
-                && self
-                    .tree
-                    .compare_and_swap(&key, Some(value), None::<&[u8]>)
-                    .map_err(io_error)?
-                    .is_ok()
-            {
-                swept += 1;
+        for shard in self.shared.shards.iter() {
+            let mut guard = lock(shard);
+            let shard = &mut *guard;
+            for (&node, map) in shard.nodes.iter_mut() {
+                map.retain(|key, entry| {
+                    if !stale(entry) {
+                        return true;
+                    }
+                    encode(&mut shard.pending, node, key, None);
+                    self.shared
+                        .live_bytes
+                        .fetch_sub(set_len(key.len()), Ordering::Relaxed);
+                    swept += 1;
+                    false
+                });
             }
+            shard.nodes.retain(|_, map| !map.is_empty());
         }
         Ok(swept)
     }
 
     /// How many keys have an entry (pending, tombstone or delivered mark).
     pub fn len(&self) -> usize {
-        self.tree.len()
+        self.shared.shards.iter().map(|s| lock(s).len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+        self.len() == 0
     }
 
-    /// Writes everything to disk (at shutdown).
+    /// Compacts the log now and waits until done.
+    #[cfg(test)]
+    fn compact(&self) -> io::Result<()> {
+        lock(&self.shared.control).compact = true;
+        self.flush()
+    }
+
+    /// Waits until every change made before the call is written and synced
+    /// (at shutdown).
     pub fn flush(&self) -> io::Result<()> {
-        self.db.flush().map(drop).map_err(io_error)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entries_are_per_node_and_key() {
-        let dir = std::env::temp_dir().join(format!("sprout-index-{}", std::process::id()));
-        let index = Index::open(&dir).unwrap();
-        let a = Entry {
-            expire_at_ms: 5,
-            timer: 1,
-        };
-        index.set(0, b"k", a).unwrap();
-        assert_eq!(index.get(0, b"k").unwrap(), Some(a));
-        assert_eq!(index.get(1, b"k").unwrap(), None);
-        assert_eq!(index.len(), 1);
-        index.remove(0, b"k").unwrap();
-        assert!(index.is_empty());
-        drop(index);
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn delivered_marks_are_recognised_and_swept_when_old() {
-        let dir = std::env::temp_dir().join(format!("sprout-index-marks-{}", std::process::id()));
-        let index = Index::open(&dir).unwrap();
-        let pending = Entry {
-            expire_at_ms: 1_000,
-            timer: 7,
-        };
-        let tombstone = Entry {
-            expire_at_ms: CANCELLED,
-            timer: 8,
-        };
-        assert!(Entry::delivered(1_000).is_delivered());
-        assert!(!pending.is_delivered() && !tombstone.is_delivered());
-        index.set(0, b"old", Entry::delivered(1_000)).unwrap();
-        index.set(0, b"new", Entry::delivered(5_000)).unwrap();
-        index.set(0, b"pending", pending).unwrap();
-        index.set(0, b"tomb", tombstone).unwrap();
-        assert_eq!(index.sweep_delivered(2_000).unwrap(), 1);
-        assert_eq!(index.get(0, b"old").unwrap(), None);
-        assert_eq!(index.get(0, b"new").unwrap(), Some(Entry::delivered(5_000)));
-        assert_eq!(index.get(0, b"pending").unwrap(), Some(pending));
-        assert_eq!(index.get(0, b"tomb").unwrap(), Some(tombstone));
-        drop(index);
-        let _ = std::fs::remove_dir_all(dir);
+        let shared = &self.shared;
+        let mut control = lock(&shared.control);
+        control.requested += 1;
+        let ticket = control.requested;
+        shared.wake.notify_all();
+        while control.done < ticket {
+            control = shared.wake.wait(control).unwrap_or_else(|e| e.into_inner());
+        }
+        match &control.error {
+            Some(e) => Err(io::Error::other(format!("bridge index: {e}"))),
+            None => Ok(()),
+        }
     }
 }

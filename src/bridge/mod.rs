@@ -17,8 +17,8 @@
 //! * [`registry`]: the per-key decisions (sync a TTL, fire a timer), taken
 //!   under a per-key lock from what Redis says at that moment.
 //! * [`fire`]: workers reserving due timers from `bridge-timers.TUBE`.
-//! * [`index`]: the small durable index (sled, under `--state-dir`): key →
-//!   (expiry, current timer id).
+//! * [`index`]: the small durable index (a map in memory, logged under
+//!   `--state-dir`): key → (expiry, current timer id).
 //! * [`body`]: the timer and delivery job bodies.
 //! * [`redis_side`], [`server_side`]: the two connections and their quirks.
 //!
@@ -55,11 +55,14 @@
 //!   50 ms of slack for clock skew) is left to its timer, which delivers it.
 //!   That needs no interpretation of event names beyond `expired`.
 //!
-//! * The index is a sled tree, not a Redis hash: the bridge never writes to
-//!   the application's keyspace (which may sit behind a read-only proxy),
-//!   and the index must outlive a Redis restart. It is allowed to lag (it
-//!   is flushed every 100 ms, not per write): Redis is asked before any
-//!   decision, and job ids, which only grow, tell which timer is newer.
+//! * The index is a map in memory with a write-behind log on disk, not a
+//!   Redis hash: the bridge never writes to the application's keyspace
+//!   (which may sit behind a read-only proxy), and the index must outlive a
+//!   Redis restart. It is allowed to lag (the log is synced every 100 ms,
+//!   not per write, and a torn tail is cut at the next start): Redis is
+//!   asked before any decision, reconciliation re-registers every key with
+//!   a TTL, a timer the index does not name is adopted and re-checked, and
+//!   job ids, which only grow, tell which timer is newer.
 //!
 //! Embedded mode (`sprout --redis-bridge …`) runs the very same [`run`]
 //! with a [`server_side::Connector::Local`]: its connections are in-process

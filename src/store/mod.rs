@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::engine::Record;
 
+mod blobs;
 pub mod checkpoint;
 mod log;
 mod page;

@@ -14,7 +14,8 @@
 //! (the data is in the kernel) but not a power loss: `sync_file_range`
 //! flushes neither the file's metadata (its growing size) nor the drive's
 //! write cache. So after every flush the writer also calls `fdatasync` on
-//! sled's `db` file, which covers both.
+//! sled's `db` file, which covers both (or `syncfs`, when sled wrote blob
+//! files it does not sync itself: see `blobs.rs`).
 //!
 //! A failed write poisons the writer: sled 0.34 does not recover from a
 //! write error in-process (after ENOSPC its next flush waits forever), so
@@ -34,6 +35,7 @@ use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 use tokio::sync::watch;
 
+use super::blobs::Blobs;
 use super::checkpoint::{self, Checkpoint};
 use super::log::{self, Log};
 use super::page::{self, PageBuilder, PAGE_PREFIX};
@@ -132,6 +134,7 @@ impl SledStore {
         let writer = Writer {
             db,
             file,
+            blobs: Blobs::new(dir),
             policy: options.policy,
             progress: progress_tx,
             stats,
@@ -273,6 +276,7 @@ fn recover(db: &::sled::Db, durable: u64, salvage: bool) -> Result<Recovered, St
 struct Writer {
     db: ::sled::Db,
     file: File,
+    blobs: Blobs,
     policy: Policy,
     progress: watch::Sender<Progress>,
     stats: Arc<BinlogStats>,
@@ -460,8 +464,9 @@ impl Writer {
     fn make_durable(&self) -> io::Result<()> {
         self.check_broken()?;
         self.db.flush().map_err(io::Error::from)?;
-        // See the module docs: sled's flush alone is not an fsync.
-        self.file.sync_data()?;
+        // See the module docs: sled's flush alone is not an fsync; nor does
+        // sled ever sync its blob files (see `blobs.rs`).
+        self.blobs.sync(&self.file)?;
         self.checkpoint.record(self.commit)?;
         self.stats.oldest_index.store(1, Ordering::Relaxed);
         self.stats.current_index.fetch_add(1, Ordering::Relaxed);

@@ -215,7 +215,10 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
         );
         let body = c.read_body(len)?;
         shared.tick();
-        {
+        // Which reservation of the job this is: once this consumer's
+        // release or bury is answered, another consumer may reserve the job
+        // (and even delete it) before this thread logs the answer.
+        let reservation = {
             let mut log = shared.log();
             log.reserves_in_flight -= 1;
             log.max_id = log.max_id.max(id);
@@ -238,7 +241,8 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
             assert_eq!(job.body, body, "job {id} reserved with another body");
             job.reserves += 1;
             job.last = Last::Reserved;
-        }
+            job.reserves
+        };
         let roll = rng.below(10);
         let pri = rng.below(100) as u32;
         let (op, cmd, want) = match roll {
@@ -264,6 +268,16 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
         let acked_tick = shared.tick();
         let mut log = shared.log();
         let job = log.jobs.get_mut(&id).unwrap();
+        match op {
+            Op::Bury => job.buries += 1,
+            Op::Release => job.releases += 1,
+            Op::Delete => {}
+        }
+        // If the job was reserved again meanwhile, its newer state is logged
+        // already; this answer must not overwrite it.
+        if job.reserves != reservation {
+            continue;
+        }
         job.in_flight = None;
         match (op, roll) {
             (Op::Delete, _) => job.last = Last::Deleted,
@@ -272,17 +286,14 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
                     sent,
                     acked: acked_tick,
                 };
-                job.buries += 1;
                 job.pri = pri;
             }
             (Op::Release, 7) => {
                 job.last = Last::Delayed { sent, acked };
-                job.releases += 1;
                 job.pri = pri;
             }
             (Op::Release, _) => {
                 job.last = Last::Ready;
-                job.releases += 1;
                 job.pri = pri;
             }
         }

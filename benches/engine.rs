@@ -41,25 +41,16 @@ fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
         .measurement_time(Duration::from_secs(3));
 }
 
-/// 100-byte bodies, each in its own allocation, as the server's codec
-/// copies short bodies out of its read buffer.
-struct Bodies;
-
-impl Bodies {
-    fn new() -> Bodies {
-        Bodies
-    }
-
-    fn next(&mut self) -> Bytes {
-        Bytes::copy_from_slice(&[b'j'; BODY])
-    }
+/// A 100-byte body in its own allocation, as the server's codec copies
+/// short bodies out of its read buffer.
+fn body() -> Bytes {
+    Bytes::copy_from_slice(&[b'j'; BODY])
 }
 
 /// An engine with one connection that puts, reserves and deletes.
 struct Fixture {
     engine: Engine,
     conn: ConnId,
-    bodies: Bodies,
     /// The moment passed to every call.
     now: Time,
     /// Bodies made ready for timed puts.
@@ -81,7 +72,6 @@ impl Fixture {
         Fixture {
             engine,
             conn,
-            bodies: Bodies::new(),
             now: T0,
             pending: Vec::new(),
             held: Vec::new(),
@@ -109,7 +99,7 @@ impl Fixture {
     }
 
     fn put_ready(&mut self) -> JobId {
-        let body = self.bodies.next();
+        let body = body();
         self.put(body, Duration::ZERO)
     }
 
@@ -131,8 +121,15 @@ impl Fixture {
 
     fn make_bodies(&mut self, n: u64) {
         for _ in 0..n {
-            let body = self.bodies.next();
+            let body = body();
             self.pending.push(body);
+        }
+    }
+
+    /// Deletes every job reserved into `held`.
+    fn delete_held(&mut self, _n: u64) {
+        while let Some(id) = self.held.pop() {
+            self.delete(id);
         }
     }
 
@@ -253,11 +250,7 @@ fn ready(c: &mut Criterion) {
                         f.held.push(id);
                     }
                 },
-                |f, _| {
-                    while let Some(id) = f.held.pop() {
-                        f.delete(id);
-                    }
-                },
+                Fixture::delete_held,
             )
         })
     });
@@ -274,11 +267,7 @@ fn ready(c: &mut Criterion) {
                         f.held.push(id);
                     }
                 },
-                |f, _| {
-                    while let Some(id) = f.held.pop() {
-                        f.delete(id);
-                    }
-                },
+                Fixture::delete_held,
                 |_, _| {},
             )
         })
@@ -321,7 +310,7 @@ impl Delayed {
         let start = Instant::now();
         let mut f = Fixture::new();
         for k in shuffled(JOBS) {
-            let body = f.bodies.next();
+            let body = body();
             f.put(body, Duration::from_micros(due(k) - f.now));
         }
         eprintln!(
@@ -349,7 +338,7 @@ impl Delayed {
         self.f.reserve_and_delete(n);
         assert_eq!(self.f.reserve(), None, "tick made too many jobs ready");
         for _ in 0..n {
-            let body = self.f.bodies.next();
+            let body = body();
             let delay = Duration::from_micros(due(self.next) - self.f.now);
             self.f.put(body, delay);
             self.next += 1;

@@ -304,37 +304,40 @@ impl Writer {
         // Under `-f MS`: since when written records wait for a flush.
         let mut dirty_since: Option<Instant> = None;
         loop {
-            let idle_cleaning = self.broken.is_none() && self.log.over_bound();
-            let first = match (self.policy, dirty_since) {
-                _ if idle_cleaning => match rx.try_recv() {
-                    Ok(m) => m,
+            // Under `-f MS`, how long written records may still wait.
+            let left = match (self.policy, dirty_since) {
+                (Policy::Every(interval), Some(since)) => {
+                    Some(interval.saturating_sub(since.elapsed()))
+                }
+                _ => None,
+            };
+            if left == Some(Duration::ZERO) {
+                self.report(self.make_durable(), "flush");
+                dirty_since = None;
+                continue;
+            }
+            let received = if self.broken.is_none() && self.log.over_bound() {
+                match rx.try_recv() {
                     Err(TryRecvError::Empty) => {
                         // Nothing waits: a cleaning step on its own.
                         let result = self.commit(&[]);
-                        if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
-                            dirty_since.get_or_insert_with(Instant::now);
-                        }
-                        self.report(result, "cleaning");
+                        self.wrote(result, "cleaning", &mut dirty_since);
                         continue;
                     }
-                    Err(TryRecvError::Disconnected) => return,
-                },
-                (Policy::Every(interval), Some(since)) => {
-                    match rx.recv_timeout(interval.saturating_sub(since.elapsed())) {
-                        Ok(m) => m,
-                        Err(RecvTimeoutError::Timeout) => {
-                            self.report(self.make_durable(), "flush");
-                            dirty_since = None;
-                            continue;
-                        }
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    }
+                    received => received.ok(),
                 }
-                _ => match rx.recv() {
-                    Ok(m) => m,
-                    Err(_) => return,
-                },
+            } else {
+                match left {
+                    Some(left) => match rx.recv_timeout(left) {
+                        // Due now: flushed at the top of the loop.
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        received => received.ok(),
+                    },
+                    None => rx.recv().ok(),
+                }
             };
+            // The channel only closes after Close was answered.
+            let Some(first) = received else { return };
             if matches!(self.policy, Policy::Every(_)) {
                 // Replies do not wait for this group: let more gather
                 // than one wakeup per command would.
@@ -357,10 +360,7 @@ impl Writer {
             }
             if !group.is_empty() {
                 let result = self.commit(&group);
-                if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
-                    dirty_since.get_or_insert_with(Instant::now);
-                }
-                let failed = !self.report(result, "write");
+                let failed = !self.wrote(result, "write", &mut dirty_since);
                 let (from, to) = (group[0].0, group[group.len() - 1].0);
                 self.progress.send_modify(|p| p.advance(from, to, failed));
             }
@@ -372,6 +372,20 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// Reports a commit's outcome (see [`Writer::report`]); under `-f MS`
+    /// a successful one starts the clock for the next flush.
+    fn wrote(
+        &mut self,
+        result: io::Result<()>,
+        what: &str,
+        dirty_since: &mut Option<Instant>,
+    ) -> bool {
+        if result.is_ok() && matches!(self.policy, Policy::Every(_)) {
+            dirty_since.get_or_insert_with(Instant::now);
+        }
+        self.report(result, what)
     }
 
     /// Applies a group as one atomic batch (durably under `-f 0`): the

@@ -245,19 +245,17 @@ impl Index {
         })
     }
 
-    pub fn get(&self, node: u16, key: &[u8]) -> io::Result<Option<Entry>> {
+    pub fn get(&self, node: u16, key: &[u8]) -> Option<Entry> {
         let shard = self.shared.shard(node, key);
-        Ok(shard.nodes.get(&node).and_then(|m| m.get(key)).copied())
+        shard.nodes.get(&node).and_then(|m| m.get(key)).copied()
     }
 
-    pub fn set(&self, node: u16, key: &[u8], entry: Entry) -> io::Result<()> {
+    pub fn set(&self, node: u16, key: &[u8], entry: Entry) {
         self.change(node, key, Some(entry));
-        Ok(())
     }
 
-    pub fn remove(&self, node: u16, key: &[u8]) -> io::Result<()> {
+    pub fn remove(&self, node: u16, key: &[u8]) {
         self.change(node, key, None);
-        Ok(())
     }
 
     fn change(&self, node: u16, key: &[u8], entry: Option<Entry>) {
@@ -270,7 +268,7 @@ impl Index {
     /// Removes the delivered marks made before `before_ms`; returns how
     /// many. A mark is only ever replaced by a newer entry, so removing a
     /// stale one without the key's lock is safe.
-    pub fn sweep_delivered(&self, before_ms: i64) -> io::Result<usize> {
+    pub fn sweep_delivered(&self, before_ms: i64) -> usize {
         let stale = |e: &Entry| e.is_delivered() && -e.expire_at_ms < before_ms;
         let mut swept = 0;
         for shard in self.shared.shards.iter() {
@@ -291,7 +289,7 @@ impl Index {
             }
             shard.nodes.retain(|_, map| !map.is_empty());
         }
-        Ok(swept)
+        swept
     }
 
     /// How many keys have an entry (pending, tombstone or delivered mark).

@@ -59,7 +59,6 @@ const LOCK_STRIPES: usize = 1024;
 pub enum Failure {
     Server(client::Error),
     Redis(redis::RedisError),
-    Index(std::io::Error),
 }
 
 impl std::fmt::Display for Failure {
@@ -67,7 +66,6 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Server(e) => write!(f, "job server: {e}"),
             Failure::Redis(e) => write!(f, "redis: {e}"),
-            Failure::Index(e) => write!(f, "{e}"),
         }
     }
 }
@@ -81,12 +79,6 @@ impl From<client::Error> for Failure {
 impl From<redis::RedisError> for Failure {
     fn from(e: redis::RedisError) -> Failure {
         Failure::Redis(e)
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(e: std::io::Error) -> Failure {
-        Failure::Index(e)
     }
 }
 
@@ -196,11 +188,11 @@ impl Registry {
         let expiries = self.expiries(&keys).await?;
         let mut arms = Vec::new();
         for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
-            let current = self.index.get(node, key)?;
+            let current = self.index.get(node, key);
             match (expiry, current) {
                 (Expiry::Gone, Some(cur)) if cur.is_delivered() => {}
                 (Expiry::Persistent, Some(cur)) if cur.is_delivered() => {
-                    self.index.remove(node, key)?
+                    self.index.remove(node, key)
                 }
                 (Expiry::Gone, None) if w.hint.expired => arms.push((node, key, now_ms(), None)),
                 (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
@@ -246,7 +238,7 @@ impl Registry {
         let mut ask: Vec<(&Due, Option<Entry>)> = Vec::new();
         for (due, &(node, key)) in dues.iter().zip(&keys) {
             let (id, timer) = (due.id, &due.timer);
-            match self.index.get(node, key)? {
+            match self.index.get(node, key) {
                 Some(cur) if cur.timer > id => deletes.push(id),
                 Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => {
                     deletes.push(id);
@@ -258,7 +250,7 @@ impl Registry {
                         expire_at_ms: timer.expire_at_ms,
                         timer: id,
                     };
-                    self.index.set(node, key, adopted)?;
+                    self.index.set(node, key, adopted);
                     deletes.push(cur.timer);
                     ask.push((due, Some(adopted)));
                 }
@@ -342,10 +334,10 @@ impl Registry {
         }
         // Step 4: the index, once the timers are gone.
         for (node, key) in unindex {
-            self.index.remove(node, key)?;
+            self.index.remove(node, key);
         }
         for (node, key) in delivered {
-            self.index.set(node, key, Entry::delivered(now))?;
+            self.index.set(node, key, Entry::delivered(now));
         }
         Ok(())
     }
@@ -391,9 +383,8 @@ impl Registry {
                         expire_at_ms: at,
                         timer: id,
                     };
-                    if let Err(e) = self.index.set(node, key, entry) {
-                        failure.get_or_insert(Failure::Index(e));
-                    } else if let Some(old) = old {
+                    self.index.set(node, key, entry);
+                    if let Some(old) = old {
                         cleanup.push(Command::Delete(old.timer));
                     }
                 }
@@ -420,13 +411,17 @@ impl Registry {
     /// Drops the key's timer; leaves a tombstone if a firing worker holds it.
     async fn cancel(&self, session: &mut Session, node: u16, key: &[u8], cur: Entry) -> Result<()> {
         match session.conn().await.delete(cur.timer).await {
-            Ok(()) => Ok(self.index.remove(node, key)?),
+            Ok(()) => {
+                self.index.remove(node, key);
+                Ok(())
+            }
             Err(client::Error::Reply(Response::NotFound)) => {
                 let tombstone = Entry {
                     expire_at_ms: CANCELLED,
                     timer: cur.timer,
                 };
-                Ok(self.index.set(node, key, tombstone)?)
+                self.index.set(node, key, tombstone);
+                Ok(())
             }
             Err(e) => Err(e.into()),
         }

@@ -29,11 +29,11 @@ fn entries_are_per_node_and_key() {
     let dir = temp_dir("basic");
     let index = Index::open(&dir).unwrap();
     let a = entry(5, 1);
-    index.set(0, b"k", a).unwrap();
-    assert_eq!(index.get(0, b"k").unwrap(), Some(a));
-    assert_eq!(index.get(1, b"k").unwrap(), None);
+    index.set(0, b"k", a);
+    assert_eq!(index.get(0, b"k"), Some(a));
+    assert_eq!(index.get(1, b"k"), None);
     assert_eq!(index.len(), 1);
-    index.remove(0, b"k").unwrap();
+    index.remove(0, b"k");
     assert!(index.is_empty());
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
@@ -54,27 +54,23 @@ fn reopening_after_flush_keeps_every_change() {
     let dir = temp_dir("reopen");
     let index = Index::open(&dir).unwrap();
     for i in 0..1000u64 {
-        index
-            .set(
-                (i % 3) as u16,
-                format!("key:{i}").as_bytes(),
-                entry(i as i64, i + 1),
-            )
-            .unwrap();
+        index.set(
+            (i % 3) as u16,
+            format!("key:{i}").as_bytes(),
+            entry(i as i64, i + 1),
+        );
     }
     for i in (0..1000u64).step_by(2) {
-        index
-            .remove((i % 3) as u16, format!("key:{i}").as_bytes())
-            .unwrap();
+        index.remove((i % 3) as u16, format!("key:{i}").as_bytes());
     }
-    index.set(1, b"key:1", entry(77, 5000)).unwrap();
+    index.set(1, b"key:1", entry(77, 5000));
     index.flush().unwrap();
     drop(index);
     let index = Index::open(&dir).unwrap();
     assert_eq!(index.len(), 500);
-    assert_eq!(index.get(1, b"key:1").unwrap(), Some(entry(77, 5000)));
-    assert_eq!(index.get(0, b"key:0").unwrap(), None);
-    assert_eq!(index.get(0, b"key:3").unwrap(), Some(entry(3, 4)));
+    assert_eq!(index.get(1, b"key:1"), Some(entry(77, 5000)));
+    assert_eq!(index.get(0, b"key:0"), None);
+    assert_eq!(index.get(0, b"key:3"), Some(entry(3, 4)));
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -83,11 +79,11 @@ fn reopening_after_flush_keeps_every_change() {
 fn a_torn_tail_is_dropped_and_earlier_records_kept() {
     let dir = temp_dir("torn");
     let index = Index::open(&dir).unwrap();
-    index.set(0, b"a", entry(1, 1)).unwrap();
-    index.set(0, b"b", entry(2, 2)).unwrap();
+    index.set(0, b"a", entry(1, 1));
+    index.set(0, b"b", entry(2, 2));
     index.flush().unwrap();
     let good = log_len(&dir);
-    index.set(0, b"c", entry(3, 3)).unwrap();
+    index.set(0, b"c", entry(3, 3));
     index.flush().unwrap();
     drop(index);
     let file = OpenOptions::new().write(true).open(dir.join(LOG)).unwrap();
@@ -96,14 +92,14 @@ fn a_torn_tail_is_dropped_and_earlier_records_kept() {
     let index = Index::open(&dir).unwrap();
     assert_eq!(log_len(&dir), good);
     assert_eq!(index.len(), 2);
-    assert_eq!(index.get(0, b"b").unwrap(), Some(entry(2, 2)));
-    assert_eq!(index.get(0, b"c").unwrap(), None);
+    assert_eq!(index.get(0, b"b"), Some(entry(2, 2)));
+    assert_eq!(index.get(0, b"c"), None);
     // The log goes on after the truncated tail.
-    index.set(0, b"d", entry(4, 4)).unwrap();
+    index.set(0, b"d", entry(4, 4));
     drop(index);
     let index = Index::open(&dir).unwrap();
     assert_eq!(index.len(), 3);
-    assert_eq!(index.get(0, b"d").unwrap(), Some(entry(4, 4)));
+    assert_eq!(index.get(0, b"d"), Some(entry(4, 4)));
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -112,11 +108,11 @@ fn a_torn_tail_is_dropped_and_earlier_records_kept() {
 fn a_corrupt_record_ends_the_log() {
     let dir = temp_dir("corrupt");
     let index = Index::open(&dir).unwrap();
-    index.set(0, b"a", entry(1, 1)).unwrap();
+    index.set(0, b"a", entry(1, 1));
     index.flush().unwrap();
     let good = log_len(&dir);
-    index.set(0, b"b", entry(2, 2)).unwrap();
-    index.set(0, b"c", entry(3, 3)).unwrap();
+    index.set(0, b"b", entry(2, 2));
+    index.set(0, b"c", entry(3, 3));
     drop(index);
     // Flip a bit of b's expiry: its length is intact, its CRC is not.
     let path = dir.join(LOG);
@@ -126,8 +122,8 @@ fn a_corrupt_record_ends_the_log() {
     let index = Index::open(&dir).unwrap();
     assert_eq!(log_len(&dir), good);
     assert_eq!(index.len(), 1);
-    assert_eq!(index.get(0, b"a").unwrap(), Some(entry(1, 1)));
-    assert_eq!(index.get(0, b"c").unwrap(), None);
+    assert_eq!(index.get(0, b"a"), Some(entry(1, 1)));
+    assert_eq!(index.get(0, b"c"), None);
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -140,15 +136,13 @@ fn compaction_keeps_exactly_the_live_entries() {
     // Enough churn to pass the slack: ~60 bytes a record, 100k+ records.
     for round in 0..4u64 {
         for i in 0..30_000u64 {
-            index
-                .set(0, &key(i), entry((round * 100_000 + i) as i64, round + 1))
-                .unwrap();
+            index.set(0, &key(i), entry((round * 100_000 + i) as i64, round + 1));
         }
     }
     for i in 0..20_000u64 {
-        index.remove(0, &key(i)).unwrap();
+        index.remove(0, &key(i));
     }
-    index.set(2, b"other node", entry(CANCELLED, 9)).unwrap();
+    index.set(2, b"other node", entry(CANCELLED, 9));
     index.flush().unwrap();
     // The log was compacted as it grew (~7 MB of records were written).
     let live = 10_000 * set_len(key(0).len()) + set_len(10) + MAGIC.len() as u64;
@@ -160,13 +154,10 @@ fn compaction_keeps_exactly_the_live_entries() {
     drop(index);
     let index = Index::open(&dir).unwrap();
     assert_eq!(index.len(), 10_001);
-    assert_eq!(index.get(0, &key(0)).unwrap(), None);
-    assert_eq!(index.get(0, &key(20_000)).unwrap(), Some(entry(320_000, 4)));
-    assert_eq!(index.get(0, &key(29_999)).unwrap(), Some(entry(329_999, 4)));
-    assert_eq!(
-        index.get(2, b"other node").unwrap(),
-        Some(entry(CANCELLED, 9))
-    );
+    assert_eq!(index.get(0, &key(0)), None);
+    assert_eq!(index.get(0, &key(20_000)), Some(entry(320_000, 4)));
+    assert_eq!(index.get(0, &key(29_999)), Some(entry(329_999, 4)));
+    assert_eq!(index.get(2, b"other node"), Some(entry(CANCELLED, 9)));
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -192,21 +183,21 @@ fn delivered_marks_are_recognised_and_swept_when_old() {
     let tombstone = entry(CANCELLED, 8);
     assert!(Entry::delivered(1_000).is_delivered());
     assert!(!pending.is_delivered() && !tombstone.is_delivered());
-    index.set(0, b"old", Entry::delivered(1_000)).unwrap();
-    index.set(0, b"new", Entry::delivered(5_000)).unwrap();
-    index.set(0, b"pending", pending).unwrap();
-    index.set(0, b"tomb", tombstone).unwrap();
-    assert_eq!(index.sweep_delivered(2_000).unwrap(), 1);
-    assert_eq!(index.get(0, b"old").unwrap(), None);
-    assert_eq!(index.get(0, b"new").unwrap(), Some(Entry::delivered(5_000)));
-    assert_eq!(index.get(0, b"pending").unwrap(), Some(pending));
-    assert_eq!(index.get(0, b"tomb").unwrap(), Some(tombstone));
+    index.set(0, b"old", Entry::delivered(1_000));
+    index.set(0, b"new", Entry::delivered(5_000));
+    index.set(0, b"pending", pending);
+    index.set(0, b"tomb", tombstone);
+    assert_eq!(index.sweep_delivered(2_000), 1);
+    assert_eq!(index.get(0, b"old"), None);
+    assert_eq!(index.get(0, b"new"), Some(Entry::delivered(5_000)));
+    assert_eq!(index.get(0, b"pending"), Some(pending));
+    assert_eq!(index.get(0, b"tomb"), Some(tombstone));
     index.flush().unwrap();
     drop(index);
     // The sweep is in the log too.
     let index = Index::open(&dir).unwrap();
     assert_eq!(index.len(), 3);
-    assert_eq!(index.get(0, b"old").unwrap(), None);
+    assert_eq!(index.get(0, b"old"), None);
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -101,11 +101,15 @@ pub struct Locked<'a> {
 
 impl Locked<'_> {
     /// Hands the engine's records so far to the store; returns the
-    /// submission to wait for (0 if there were none).
+    /// submission the answer must wait for: the latest one, even when this
+    /// command wrote nothing. A `reserve` writes no record, yet the job it
+    /// hands out may come from a put still on its way to the disk; under
+    /// `-f 0` no client may see a job (or a count) a crash could take back.
+    /// (0 if nothing was ever submitted.)
     pub fn submit(&mut self) -> Seq {
         let records = self.guard.engine.take_journal();
         if records.is_empty() {
-            return 0;
+            return self.guard.last_seq;
         }
         let seq = self.shared.store.submit(records);
         self.guard.last_seq = seq;

@@ -6,8 +6,10 @@
 //! not a delta: a store that applies records in order ends with each job's
 //! latest image, whatever interleaving produced it. A job's move from
 //! delayed to ready needs no record (its stored deadline says when), nor
-//! does touch, nor does a disconnect returning jobs to ready (a stored
-//! reserved job comes back ready anyway).
+//! do reserve and touch, nor does a disconnect returning jobs to ready (a
+//! stored job comes back ready unless it was delayed or buried). So a
+//! crash may take back the `reserves` counted since the job's last record,
+//! as beanstalkd's binlog does.
 
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
@@ -19,7 +21,8 @@ use super::Time;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
     Ready,
-    /// Comes back ready after a restart.
+    /// Comes back ready after a restart (a put handed straight to a
+    /// waiting `reserve` is first recorded so).
     Reserved,
     /// Ready at this [`Time`] (absolute: downtime counts).
     Delayed(Time),

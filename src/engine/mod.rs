@@ -782,7 +782,11 @@ impl Engine {
         self.tubes[job.tube].reserved += 1;
         self.stats.reserved += 1;
         self.start_ttr(conn, slot);
-        self.record(slot, false);
+        // No record: a stored job comes back ready whatever it was doing,
+        // so a reserve changes nothing a restart needs. Its count rides on
+        // the job's next record (release, bury, timeout), as in beanstalkd,
+        // whose binlog is not written on reserve either. A record here
+        // would rewrite the job, body and all, once per delivery.
     }
 
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).

@@ -11,7 +11,7 @@
 //! "fired_at_ms"[, "value"]}`. JSON strings are text: a key or value that
 //! is not UTF-8 is delivered with U+FFFD in place of its invalid bytes.
 
-use serde_json::json;
+use std::io::Write;
 
 /// One pending expiry, as stored in a timer job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,19 +73,32 @@ impl Timer {
         })
     }
 
-    /// The body of the job delivered when this timer fires.
+    /// The body of the job delivered when this timer fires. Written
+    /// straight into one buffer of the right size (fields in the order a
+    /// `serde_json` map prints them): at 100k expiries a second, building
+    /// a `serde_json::Value` first cost a tenth of the bridge's CPU.
     pub fn delivery(&self, fired_at_ms: i64) -> Vec<u8> {
-        let mut body = json!({
-            "key": String::from_utf8_lossy(&self.key),
-            "db": self.db,
-            "expire_at_ms": self.expire_at_ms,
-            "fired_at_ms": fired_at_ms,
-        });
+        let value_len = self.value.as_ref().map_or(0, Vec::len);
+        let mut out = Vec::with_capacity(96 + self.key.len() + value_len);
+        let _ = write!(
+            out,
+            "{{\"db\":{},\"expire_at_ms\":{},\"fired_at_ms\":{fired_at_ms},\"key\":",
+            self.db, self.expire_at_ms
+        );
+        json_string(&mut out, &self.key);
         if let Some(value) = &self.value {
-            body["value"] = json!(String::from_utf8_lossy(value));
+            out.extend_from_slice(b",\"value\":");
+            json_string(&mut out, value);
         }
-        body.to_string().into_bytes()
+        out.push(b'}');
+        out
     }
+}
+
+/// Appends `bytes` as a JSON string (invalid UTF-8 as U+FFFD).
+fn json_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Writing a `str` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, &String::from_utf8_lossy(bytes));
 }
 
 #[cfg(test)]
@@ -134,5 +147,17 @@ mod tests {
         assert_eq!(v["expire_at_ms"], 1_700_000_000_123_i64);
         assert_eq!(v["fired_at_ms"], 9);
         assert_eq!(v["value"], "online");
+    }
+
+    #[test]
+    fn delivery_escapes_and_replaces_invalid_utf8() {
+        let t = timer(None);
+        let v: serde_json::Value = serde_json::from_slice(&t.delivery(1)).unwrap();
+        assert_eq!(v["key"], "dev\n:\"42\u{fffd}");
+        assert!(v.get("value").is_none());
+        assert_eq!(
+            String::from_utf8(t.delivery(1)).unwrap(),
+            "{\"db\":5,\"expire_at_ms\":1700000000123,\"fired_at_ms\":1,\"key\":\"dev\\n:\\\"42\u{fffd}\"}"
+        );
     }
 }

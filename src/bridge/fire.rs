@@ -37,9 +37,14 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session
         // one and its successor, are decided one after the other).
         while !dues.is_empty() {
             let mut keys = HashSet::new();
-            let (now, later): (Vec<Due>, Vec<Due>) = dues
-                .into_iter()
-                .partition(|d| keys.insert((d.timer.node, d.timer.key.clone())));
+            let first: Vec<bool> = dues
+                .iter()
+                .map(|d| keys.insert((d.timer.node, d.timer.key.as_slice())))
+                .collect();
+            drop(keys);
+            let mut first = first.into_iter();
+            let (now, later): (Vec<Due>, Vec<Due>) =
+                dues.into_iter().partition(|_| first.next() == Some(true));
             dues = later;
             loop {
                 match registry.fire(&mut timers, &mut out, &now).await {

@@ -49,7 +49,6 @@
 //! thread that appends, syncs and compacts).
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::hash::BuildHasher;
 use std::io;
@@ -58,6 +57,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use hashbrown::hash_table::{Entry as Place, HashTable};
 use record::{encode, replay, set_len};
 use writer::{write_snapshot, WriterHandle, TMP};
 
@@ -100,54 +100,83 @@ impl Entry {
     }
 }
 
+/// One key's place in a shard.
+struct Slot {
+    key: Box<[u8]>,
+    entry: Entry,
+    node: u16,
+}
+
 /// One shard of the map, with the records of its changes not yet taken by
-/// the writer thread (in the order the changes were made).
+/// the writer thread (in the order the changes were made). A flat table
+/// keyed by `(node, key)` whose hash is computed once per call (it also
+/// picks the shard): a map per node, each hashing again, cost the firing
+/// path three SipHash runs per lookup.
 #[derive(Default)]
 struct Shard {
-    nodes: HashMap<u16, HashMap<Box<[u8]>, Entry>>,
+    table: HashTable<Slot>,
     pending: Vec<u8>,
 }
 
 impl Shard {
-    /// Applies a change; returns whether it changed anything and adjusts
-    /// `live` (the bytes of the live entries' set records).
-    fn apply(&mut self, node: u16, key: &[u8], entry: Option<Entry>, live: &AtomicU64) -> bool {
+    fn get(&self, hash: u64, node: u16, key: &[u8]) -> Option<Entry> {
+        self.table
+            .find(hash, |s| s.node == node && *s.key == *key)
+            .map(|s| s.entry)
+    }
+
+    /// Applies a change to the key whose hash is `hash`; returns whether it
+    /// changed anything and adjusts `live` (the bytes of the live entries'
+    /// set records).
+    fn apply(
+        &mut self,
+        (hash, hasher): (u64, &RandomState),
+        node: u16,
+        key: &[u8],
+        entry: Option<Entry>,
+        live: &AtomicU64,
+    ) -> bool {
         let size = set_len(key.len());
+        let same = |s: &Slot| s.node == node && *s.key == *key;
         match entry {
             Some(entry) => {
-                let map = self.nodes.entry(node).or_default();
-                match map.get_mut(key) {
-                    Some(old) if *old == entry => false,
-                    Some(old) => {
-                        *old = entry;
+                let rehash = |s: &Slot| hash_of(hasher, s.node, &s.key);
+                match self.table.entry(hash, same, rehash) {
+                    Place::Occupied(mut slot) if slot.get().entry != entry => {
+                        slot.get_mut().entry = entry;
                         true
                     }
-                    None => {
-                        map.insert(key.into(), entry);
+                    Place::Occupied(_) => false,
+                    Place::Vacant(slot) => {
+                        slot.insert(Slot {
+                            key: key.into(),
+                            entry,
+                            node,
+                        });
                         live.fetch_add(size, Ordering::Relaxed);
                         true
                     }
                 }
             }
-            None => {
-                let Some(map) = self.nodes.get_mut(&node) else {
-                    return false;
-                };
-                if map.remove(key).is_none() {
-                    return false;
+            None => match self.table.find_entry(hash, same) {
+                Ok(slot) => {
+                    slot.remove();
+                    live.fetch_sub(size, Ordering::Relaxed);
+                    true
                 }
-                if map.is_empty() {
-                    self.nodes.remove(&node);
-                }
-                live.fetch_sub(size, Ordering::Relaxed);
-                true
-            }
+                Err(_) => false,
+            },
         }
     }
 
-    fn len(&self) -> usize {
-        self.nodes.values().map(HashMap::len).sum()
+    /// Every `(node, key, entry)` in the shard.
+    fn entries(&self) -> impl Iterator<Item = (u16, &[u8], Entry)> {
+        self.table.iter().map(|s| (s.node, &*s.key, s.entry))
     }
+}
+
+fn hash_of(hasher: &RandomState, node: u16, key: &[u8]) -> u64 {
+    hasher.hash_one((node, key))
 }
 
 /// What the writer thread and callers of [`Index::flush`] share.
@@ -173,9 +202,22 @@ struct Shared {
 }
 
 impl Shared {
-    fn shard(&self, node: u16, key: &[u8]) -> MutexGuard<'_, Shard> {
-        let i = self.hasher.hash_one((node, key)) as usize % SHARDS;
-        lock(&self.shards[i])
+    /// The key's hash and its shard, locked. The shard comes from bits the
+    /// table does not use for small tables (the low ones pick a bucket, the
+    /// top seven tag it), so each shard's keys still spread evenly.
+    fn shard(&self, node: u16, key: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
+        let hash = hash_of(&self.hasher, node, key);
+        (hash, lock(&self.shards[(hash >> 32) as usize % SHARDS]))
+    }
+
+    /// Applies a change to the map and, with `log` and if it changed
+    /// anything, queues its record for the writer (a replay does not).
+    fn apply(&self, node: u16, key: &[u8], entry: Option<Entry>, log: bool) {
+        let (hash, mut shard) = self.shard(node, key);
+        let place = (hash, &self.hasher);
+        if shard.apply(place, node, key, entry, &self.live_bytes) && log {
+            encode(&mut shard.pending, node, key, entry);
+        }
     }
 }
 
@@ -246,8 +288,8 @@ impl Index {
     }
 
     pub fn get(&self, node: u16, key: &[u8]) -> Option<Entry> {
-        let shard = self.shared.shard(node, key);
-        shard.nodes.get(&node).and_then(|m| m.get(key)).copied()
+        let (hash, shard) = self.shared.shard(node, key);
+        shard.get(hash, node, key)
     }
 
     pub fn set(&self, node: u16, key: &[u8], entry: Entry) {
@@ -259,10 +301,7 @@ impl Index {
     }
 
     fn change(&self, node: u16, key: &[u8], entry: Option<Entry>) {
-        let mut shard = self.shared.shard(node, key);
-        if shard.apply(node, key, entry, &self.shared.live_bytes) {
-            encode(&mut shard.pending, node, key, entry);
-        }
+        self.shared.apply(node, key, entry, true);
     }
 
     /// Removes the delivered marks made before `before_ms`; returns how
@@ -273,28 +312,25 @@ impl Index {
         let mut swept = 0;
         for shard in self.shared.shards.iter() {
             let mut guard = lock(shard);
-            let shard = &mut *guard;
-            for (&node, map) in shard.nodes.iter_mut() {
-                map.retain(|key, entry| {
-                    if !stale(entry) {
-                        return true;
-                    }
-                    encode(&mut shard.pending, node, key, None);
-                    self.shared
-                        .live_bytes
-                        .fetch_sub(set_len(key.len()), Ordering::Relaxed);
-                    swept += 1;
-                    false
-                });
-            }
-            shard.nodes.retain(|_, map| !map.is_empty());
+            let Shard { table, pending } = &mut *guard;
+            table.retain(|slot| {
+                if !stale(&slot.entry) {
+                    return true;
+                }
+                encode(pending, slot.node, &slot.key, None);
+                self.shared
+                    .live_bytes
+                    .fetch_sub(set_len(slot.key.len()), Ordering::Relaxed);
+                swept += 1;
+                false
+            });
         }
         swept
     }
 
     /// How many keys have an entry (pending, tombstone or delivered mark).
     pub fn len(&self) -> usize {
-        self.shared.shards.iter().map(|s| lock(s).len()).sum()
+        self.shared.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {

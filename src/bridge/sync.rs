@@ -73,23 +73,29 @@ async fn work(registry: Arc<Registry>, mut session: Session, mut rx: mpsc::Recei
     }
 }
 
-/// One [`Work`] per key, in first-seen order, hints merged.
-fn coalesce(batch: Vec<Work>) -> Vec<Work> {
-    let mut seen: HashMap<(u16, Vec<u8>), usize> = HashMap::with_capacity(batch.len());
-    let mut out: Vec<Work> = Vec::with_capacity(batch.len());
-    for w in batch {
-        match seen.get(&(w.node, w.key.clone())) {
-            Some(&i) => {
-                out[i].hint.expired |= w.hint.expired;
-                out[i].hint.verify |= w.hint.verify;
-            }
-            None => {
-                seen.insert((w.node, w.key.clone()), out.len());
-                out.push(w);
-            }
+/// One [`Work`] per key, in first-seen order, hints merged (keys are
+/// borrowed, not copied, to find the repeats).
+fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
+    let mut first: Vec<usize> = Vec::with_capacity(batch.len());
+    {
+        let mut seen: HashMap<(u16, &[u8]), usize> = HashMap::with_capacity(batch.len());
+        for (i, w) in batch.iter().enumerate() {
+            first.push(*seen.entry((w.node, w.key.as_slice())).or_insert(i));
         }
     }
-    out
+    for (i, &f) in first.iter().enumerate() {
+        if f != i {
+            let hint = batch[i].hint;
+            batch[f].hint.expired |= hint.expired;
+            batch[f].hint.verify |= hint.verify;
+        }
+    }
+    batch
+        .into_iter()
+        .zip(first)
+        .enumerate()
+        .filter_map(|(i, (w, f))| (f == i).then_some(w))
+        .collect()
 }
 
 /// Logs a failed decision and gets ready to retry it: a lost server
@@ -102,5 +108,42 @@ pub async fn recover(session: &mut Session, failure: Failure) {
             tracing::warn!(error = %other, "retrying");
             tokio::time::sleep(RETRY_PAUSE).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(node: u16, key: &str, expired: bool, verify: bool) -> Work {
+        Work {
+            node,
+            key: key.into(),
+            hint: Hint { expired, verify },
+        }
+    }
+
+    #[test]
+    fn coalesce_keeps_first_seen_order_and_merges_hints() {
+        let out = coalesce(vec![
+            work(0, "a", false, false),
+            work(0, "b", false, false),
+            work(1, "a", false, true),
+            work(0, "a", true, false),
+            work(0, "b", false, false),
+            work(1, "a", false, false),
+        ]);
+        let got: Vec<_> = out
+            .iter()
+            .map(|w| (w.node, w.key.as_slice(), w.hint.expired, w.hint.verify))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, &b"a"[..], true, false),
+                (0, &b"b"[..], false, false),
+                (1, &b"a"[..], false, true),
+            ]
+        );
     }
 }

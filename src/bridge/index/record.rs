@@ -116,9 +116,7 @@ pub(super) fn replay(file: &File, path: &Path, shared: &Shared) -> io::Result<u6
         let Some((node, key, entry)) = decode(&payload) else {
             break Some("a record it cannot decode");
         };
-        shared
-            .shard(node, key)
-            .apply(node, key, entry, &shared.live_bytes);
+        shared.apply(node, key, entry, false);
         good += HEADER as u64 + n;
         records += 1;
     };

@@ -61,10 +61,8 @@ pub(super) fn write_snapshot(
     let mut len = MAGIC.len() as u64;
     let mut chunk = Vec::new();
     for shard in shards {
-        for (&node, map) in &lock(shard).nodes {
-            for (key, &entry) in map {
-                encode(&mut chunk, node, key, Some(entry));
-            }
+        for (node, key, entry) in lock(shard).entries() {
+            encode(&mut chunk, node, key, Some(entry));
         }
         out.write_all(&chunk)?;
         len += chunk.len() as u64;

@@ -225,6 +225,8 @@ for (mode, label), sides in groups.items():
                      f"B {fmt(scaled(rb, 'hwm_kb', 1024))}; "
                      f"bytes/job A {fmt(med(ra, 'rss_per_job'))}, B {fmt(med(rb, 'rss_per_job'))} "
                      f"(A/B {ratio(ok_a, ok_b, 'rss_per_job')})")
+    notes.append(f"kernel CPU µs/job A {fmt(med(ra, 'sys_us_per_job'), 2)}, "
+                 f"B {fmt(med(rb, 'sys_us_per_job'), 2)}")
     if errors:
         notes.append(f"**{len(errors)} failed**: {errors[0][:80]}")
     print(f"| {mode} | {label} | {fmt(med(ra, 'jobs_per_sec'))} | {fmt(med(rb, 'jobs_per_sec'))} "

@@ -25,8 +25,9 @@
 //! `fill` leaves its jobs in the server.
 //!
 //! With `--pid` (the server's process id) the line also carries the server's
-//! CPU time over the timed part (utime + stime from `/proc/PID/stat`) and its
-//! memory (`VmRSS`, `VmHWM` from `/proc/PID/status`).
+//! CPU time over the timed part (utime + stime from `/proc/PID/stat`, and
+//! the kernel's share, stime, on its own) and its memory (`VmRSS`, `VmHWM`
+//! from `/proc/PID/status`).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -684,6 +685,8 @@ struct Probe {
 #[derive(Clone, Copy)]
 struct Sample {
     cpu_seconds: f64,
+    /// The part of `cpu_seconds` spent in the kernel (stime).
+    sys_seconds: f64,
     rss_kb: u64,
 }
 
@@ -692,15 +695,17 @@ impl Probe {
         let Some(pid) = self.pid else {
             return Ok(None);
         };
+        let (user, sys) = cpu_seconds(pid)?;
         Ok(Some(Sample {
-            cpu_seconds: cpu_seconds(pid)?,
+            cpu_seconds: user + sys,
+            sys_seconds: sys,
             rss_kb: status_kb(pid, "VmRSS")?,
         }))
     }
 }
 
-/// utime + stime of every thread of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> Fallible<f64> {
+/// utime and stime of every thread of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> Fallible<(f64, f64)> {
     let path = format!("/proc/{pid}/stat");
     let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     // Fields after the command name, which is in parentheses and may hold
@@ -713,7 +718,7 @@ fn cpu_seconds(pid: u32) -> Fallible<f64> {
     };
     // SAFETY: sysconf only reads a configuration value.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    Ok((utime + stime) as f64 / hz as f64)
+    Ok((utime as f64 / hz as f64, stime as f64 / hz as f64))
 }
 
 /// A `kB` field of `/proc/PID/status`.
@@ -769,6 +774,10 @@ impl Report {
             let cpu = after.cpu_seconds - before.cpu_seconds;
             self.float("server_cpu_seconds", cpu);
             self.float("cpu_us_per_job", cpu * 1e6 / jobs.max(1) as f64);
+            // How much of it the kernel took (sockets, wakeups, fsync):
+            // the part a server cannot shave by being smarter in user space.
+            let sys = after.sys_seconds - before.sys_seconds;
+            self.float("sys_us_per_job", sys * 1e6 / jobs.max(1) as f64);
             self.number("rss_kb", after.rss_kb);
             self.number("hwm_kb", status_kb(pid, "VmHWM")?);
         }

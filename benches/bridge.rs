@@ -16,6 +16,13 @@
 //! `RESERVED` and (b) Redis's notification arrived. A key that has not
 //! arrived `--grace` seconds after the last deadline counts as lost.
 //!
+//! Redis's notifications are taken twice: from the Redis the bridge
+//! watches, and from a second, untouched `redis-server` given the same keys
+//! with the same deadlines. Only the second shows Redis on its own: the
+//! bridge's `PEXPIRETIME` at each deadline makes the first delete the key
+//! (and notify) right then, where left alone it deletes expired keys only
+//! as its sampling finds them.
+//!
 //! Also: keys registered per second (from the first `SET` until the timer
 //! tube's `total-jobs` reaches N: one timer put per key) and the bridge's
 //! RSS per tracked key (`VmRSS` growth from before the keys to when all are
@@ -272,6 +279,22 @@ async fn subscriber(url: String, arrivals: Arc<Arrivals>, ready: tokio::sync::on
     }
 }
 
+/// `SET bench:<i> 1 PXAT <deadline i>` for every key, pipelined.
+async fn set_keys(conn: &mut redis::aio::MultiplexedConnection, deadlines: &[i64]) {
+    for (start, chunk) in (0..).step_by(BATCH).zip(deadlines.chunks(BATCH)) {
+        let mut pipe = redis::pipe();
+        for (i, deadline) in (start..).zip(chunk) {
+            pipe.cmd("SET")
+                .arg(format!("bench:{i}"))
+                .arg("1")
+                .arg("PXAT")
+                .arg(deadline)
+                .ignore();
+        }
+        let () = pipe.query_async(conn).await.expect("SET pipeline");
+    }
+}
+
 async fn tube_stat(c: &mut Client<tokio::net::TcpStream>, stat: &str) -> u64 {
     let tube = sprout_protocol::TubeName::new(TIMER_TUBE.as_bytes()).expect("tube");
     match c.stats(&Bs::StatsTube(tube)).await {
@@ -292,31 +315,38 @@ fn main() {
     }
 }
 
-fn run(a: &Args, dir: &Path) {
-    let n = a.keys;
-    let redis_port = free_port();
-    let _redis = spawn(
+/// Starts a `redis-server` on a free port, without persistence and with
+/// `expired` notifications on (the bridge adds its own classes to these).
+fn start_redis() -> (Proc, String, redis::Client) {
+    let port = free_port();
+    let proc = spawn(
         "redis-server",
         Command::new("redis-server")
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    let url = format!("redis://127.0.0.1:{redis_port}/0");
+    let url = format!("redis://127.0.0.1:{port}/0");
     let client = redis::Client::open(url.as_str()).expect("url");
     wait_until("redis-server", Duration::from_secs(10), || {
         client.get_connection().is_ok()
     });
-    let mut sync_conn = client.get_connection().expect("redis");
-    // Redis's own notifications, for the comparison (the bridge adds its own
-    // classes to these).
+    let mut conn = client.get_connection().expect("redis");
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("notify-keyspace-events")
         .arg("Ex")
-        .query(&mut sync_conn)
+        .query(&mut conn)
         .expect("CONFIG SET");
+    (proc, url, client)
+}
+
+fn run(a: &Args, dir: &Path) {
+    let n = a.keys;
+    let (_redis, url, client) = start_redis();
+    // The same keys, untouched by any bridge: Redis on its own.
+    let (_control, control_url, control) = start_redis();
 
     let server_port = free_port();
     let mut server_cmd = Command::new(&a.sprout);
@@ -364,10 +394,13 @@ fn run(a: &Args, dir: &Path) {
         let bridge_arr = Arrivals::new(n);
         let fired_arr = Arrivals::new(n);
         let redis_arr = Arrivals::new(n);
+        let control_arr = Arrivals::new(n);
         let done = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        tokio::spawn(subscriber(url.clone(), redis_arr.clone(), ready_tx));
-        ready_rx.await.expect("subscribed");
+        for (url, arrivals) in [(&url, &redis_arr), (&control_url, &control_arr)] {
+            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(subscriber(url.clone(), arrivals.clone(), ready_tx));
+            ready_rx.await.expect("subscribed");
+        }
         let workers: Vec<_> = (0..a.workers)
             .map(|_| {
                 tokio::spawn(worker(
@@ -392,19 +425,19 @@ fn run(a: &Args, dir: &Path) {
             .get_multiplexed_async_connection()
             .await
             .expect("redis");
-        for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
-            let mut pipe = redis::pipe();
-            for &i in chunk {
-                pipe.cmd("SET")
-                    .arg(format!("bench:{i}"))
-                    .arg("1")
-                    .arg("PXAT")
-                    .arg(deadlines[i])
-                    .ignore();
-            }
-            let () = pipe.query_async(&mut conn).await.expect("SET pipeline");
-        }
+        let mut control_conn = control
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        // The untouched copy is fed alongside, on its own connection, so
+        // the bridged Redis gets its keys as fast as without it.
+        let control_keys = {
+            let deadlines = deadlines.clone();
+            tokio::spawn(async move { set_keys(&mut control_conn, &deadlines).await })
+        };
+        set_keys(&mut conn, &deadlines).await;
         let set_secs = started.elapsed().as_secs_f64();
+        control_keys.await.expect("the untouched copy's keys");
 
         // Registration: one timer put per key.
         let mut stats = Client::connect(("127.0.0.1", server_port))
@@ -423,7 +456,9 @@ fn run(a: &Args, dir: &Path) {
 
         // Deliveries and notifications.
         while now_ms() < last_deadline + a.grace_ms
-            && (bridge_arr.count() < n || redis_arr.count() < n)
+            && [&bridge_arr, &redis_arr, &control_arr]
+                .iter()
+                .any(|arr| arr.count() < n)
         {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -452,6 +487,7 @@ fn run(a: &Args, dir: &Path) {
 
         let b = report(&bridge_arr, &deadlines);
         let r = report(&redis_arr, &deadlines);
+        let c = report(&control_arr, &deadlines);
         let f = report(&fired_arr, &deadlines);
         let server = if a.memory { "in memory" } else { "-b" };
         println!(
@@ -488,6 +524,7 @@ fn run(a: &Args, dir: &Path) {
             ("bridge job (reserved)", &b, &bridge_arr),
             ("  its fired_at_ms", &f, &fired_arr),
             ("redis `expired` event", &r, &redis_arr),
+            ("  untouched redis", &c, &control_arr),
         ];
         for (name, r, arr) in rows {
             println!(

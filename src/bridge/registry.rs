@@ -52,8 +52,8 @@ const RECHECK_MS: i64 = 2;
 /// Timers are armed this long after the deadline: Redis counts a key as
 /// expired only once its clock is past the deadline's millisecond, so a
 /// timer firing within that millisecond found the key still there and
-/// looked again [`RECHECK_MS`] later (a tenth of all keys at 10k expiries
-/// a second, nearly all when idle).
+/// looked again [`RECHECK_MS`] later (measured: a fifth of all keys at 2k
+/// expiries a second, a tenth at 10k).
 const FIRE_AFTER_MS: i64 = 1;
 /// A key gone this close to its deadline counts as expired, not deleted
 /// (Redis's clock may run slightly ahead of ours).

@@ -1305,6 +1305,10 @@ fn job_table_matches_a_hash_map() {
             let slot = model.remove(&id).unwrap();
             assert_eq!(table.remove(slot).id, id);
         }
+        // Any id, live or gone, also while the index is growing (it grows
+        // a few slots per call).
+        let id = 1 + (rng >> 24) % next_id;
+        assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
     }
     for id in 1..next_id {
         assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");

@@ -3,12 +3,14 @@
 //!
 //! ```text
 //! cargo bench --bench bridge -- [--keys 100000] [--min-ttl 10] [--max-ttl 20]
-//!                               [--memory] [--workers 4] [--grace 30] [--sprout PATH]
+//!                               [--memory] [--embedded] [--workers 4] [--grace 30]
+//!                               [--sprout PATH]
 //! ```
 //!
 //! It starts its own `redis-server` (free port, no persistence), a sprout
 //! (`-b` in a temp dir; in memory with `--memory`) and `sprout bridge`
-//! watching `bench:*`, then sets `--keys` keys with `SET … PXAT`, pipelined,
+//! watching `bench:*` (with `--embedded`, the bridge inside that sprout:
+//! `--redis-bridge`, no TCP hop; its RSS and CPU are then the server's too), then sets `--keys` keys with `SET … PXAT`, pipelined,
 //! their deadlines spread at random over `--min-ttl`..`--max-ttl` seconds
 //! from the start. It subscribes to `__keyevent@0__:expired` and runs
 //! `--workers` workers reserving from the bridge's tube, and records for
@@ -48,6 +50,7 @@ struct Args {
     min_ttl_ms: i64,
     max_ttl_ms: i64,
     memory: bool,
+    embedded: bool,
     workers: usize,
     grace_ms: i64,
     sprout: PathBuf,
@@ -59,6 +62,7 @@ fn args() -> Args {
         min_ttl_ms: 10_000,
         max_ttl_ms: 20_000,
         memory: false,
+        embedded: false,
         workers: 4,
         grace_ms: 30_000,
         sprout: PathBuf::from(env!("CARGO_BIN_EXE_sprout")),
@@ -76,6 +80,7 @@ fn args() -> Args {
             "--max-ttl" => a.max_ttl_ms = secs(it.next()),
             "--grace" => a.grace_ms = secs(it.next()),
             "--memory" => a.memory = true,
+            "--embedded" => a.embedded = true,
             "--workers" => a.workers = it.next().and_then(|v| v.parse().ok()).expect("--workers N"),
             "--sprout" => a.sprout = PathBuf::from(it.next().expect("--sprout PATH")),
             "--bench" => {} // added by `cargo bench`
@@ -349,41 +354,52 @@ fn run(a: &Args, dir: &Path) {
     let (_control, control_url, control) = start_redis();
 
     let server_port = free_port();
+    let log = dir.join("bridge.log");
+    let log_file = || std::fs::File::create(&log).expect("log file");
     let mut server_cmd = Command::new(&a.sprout);
     server_cmd
         .args(["-l", "127.0.0.1", "-p", &server_port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::null());
     if !a.memory {
         server_cmd.arg("-b").arg(dir.join("binlog"));
     }
-    let _server = spawn("sprout", &mut server_cmd);
+    if a.embedded {
+        server_cmd
+            .args(["--redis-bridge", &url, "--bridge-tube", TUBE])
+            .args(["--bridge-match", "bench:*", "--bridge-state-dir"])
+            .arg(dir.join("state"))
+            .env("RUST_LOG", "info")
+            .stderr(log_file());
+    } else {
+        server_cmd.stderr(Stdio::null());
+    }
+    let server = spawn("sprout", &mut server_cmd);
     wait_until("sprout", Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", server_port)).is_ok()
     });
-
-    let log = dir.join("bridge.log");
-    let bridge = spawn(
-        "sprout bridge",
-        Command::new(&a.sprout)
-            .arg("bridge")
-            .args(["--redis", &url])
-            .args(["--server", &format!("127.0.0.1:{server_port}")])
-            .args(["--tube", TUBE, "--match", "bench:*"])
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file")),
-    );
-    let bridge_pid = bridge.0.id();
+    let bridge = (!a.embedded).then(|| {
+        spawn(
+            "sprout bridge",
+            Command::new(&a.sprout)
+                .arg("bridge")
+                .args(["--redis", &url])
+                .args(["--server", &format!("127.0.0.1:{server_port}")])
+                .args(["--tube", TUBE, "--match", "bench:*"])
+                .arg("--state-dir")
+                .arg(dir.join("state"))
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(log_file()),
+        )
+    });
+    let server_pid = server.0.id();
+    let bridge_pid = bridge.as_ref().map_or(server_pid, |b| b.0.id());
     wait_until(
         "the bridge's first reconciliation",
         Duration::from_secs(30),
         || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("reconciled")),
     );
     let rss_before = rss_kib(bridge_pid);
-    let server_pid = _server.0.id();
     let cpu_before = (cpu_secs(bridge_pid), cpu_secs(server_pid));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -489,7 +505,18 @@ fn run(a: &Args, dir: &Path) {
         let r = report(&redis_arr, &deadlines);
         let c = report(&control_arr, &deadlines);
         let f = report(&fired_arr, &deadlines);
-        let server = if a.memory { "in memory" } else { "-b" };
+        let server = match (a.memory, a.embedded) {
+            (true, false) => "in memory",
+            (false, false) => "-b",
+            (true, true) => "in memory, bridge embedded",
+            (false, true) => "-b, bridge embedded",
+        };
+        // Embedded, the bridge's process is the server's.
+        let whose = if a.embedded {
+            "sprout + bridge"
+        } else {
+            "bridge"
+        };
         println!(
             "bridge benchmark: {n} keys, deadlines {}..{} s, sprout {server}",
             a.min_ttl_ms as f64 / 1e3,
@@ -508,16 +535,20 @@ fn run(a: &Args, dir: &Path) {
             None => println!("  registered: NOT all timers armed before the end"),
         }
         println!(
-            "  bridge RSS: {} MiB before, {} MiB armed ({:.0} bytes/key), {} MiB at the end",
+            "  {whose} RSS: {} MiB before, {} MiB armed ({:.0} bytes/key), {} MiB at the end",
             rss_before / 1024,
             rss_armed / 1024,
             (rss_armed.saturating_sub(rss_before) * 1024) as f64 / n as f64,
             rss_end / 1024
         );
-        println!(
-            "  CPU over the run: bridge {:.1} s, sprout {:.1} s",
-            cpu.0, cpu.1
-        );
+        if a.embedded {
+            println!("  CPU over the run: sprout + bridge {:.1} s", cpu.1);
+        } else {
+            println!(
+                "  CPU over the run: bridge {:.1} s, sprout {:.1} s",
+                cpu.0, cpu.1
+            );
+        }
         println!("  server commands: {}", cmds.join(", "));
         println!("  lateness (ms)            p50     p99     max    lost   early  dupes");
         let rows = [
@@ -539,4 +570,5 @@ fn run(a: &Args, dir: &Path) {
         }
     });
     drop(bridge);
+    drop(server);
 }

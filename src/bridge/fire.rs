@@ -4,14 +4,13 @@
 //! Several run at once, each with its own connections, so deliveries due
 //! together go out in parallel.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sprout_protocol::{Command, Response};
 
 use super::body::Timer;
-use super::registry::{Due, Failure, Registry};
+use super::registry::{first_occurrences, Due, Failure, Registry};
 use super::server_side::Session;
 use super::sync::{recover, RETRY_PAUSE};
 
@@ -36,15 +35,12 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session
         // One timer per key per call (two timers of one key, a superseded
         // one and its successor, are decided one after the other).
         while !dues.is_empty() {
-            let mut keys = HashSet::new();
-            let first: Vec<bool> = dues
-                .iter()
-                .map(|d| keys.insert((d.timer.node, d.timer.key.as_slice())))
-                .collect();
-            drop(keys);
-            let mut first = first.into_iter();
-            let (now, later): (Vec<Due>, Vec<Due>) =
-                dues.into_iter().partition(|_| first.next() == Some(true));
+            let first = first_occurrences(dues.iter().map(|d| (d.timer.node, &d.timer.key[..])));
+            let mut i = 0;
+            let (now, later): (Vec<Due>, Vec<Due>) = dues.into_iter().partition(|_| {
+                i += 1;
+                first[i - 1] == i - 1
+            });
             dues = later;
             loop {
                 match registry.fire(&mut timers, &mut out, &now).await {

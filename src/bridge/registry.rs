@@ -457,6 +457,16 @@ pub fn key_hash(node: u16, key: &[u8]) -> u64 {
     h.finish()
 }
 
+/// For each `(node, key)` in order, the position of its first occurrence
+/// (its own position if it is the first): how batches find repeated keys
+/// without copying them.
+pub fn first_occurrences<'a>(keys: impl Iterator<Item = (u16, &'a [u8])>) -> Vec<usize> {
+    let mut seen = std::collections::HashMap::new();
+    keys.enumerate()
+        .map(|(i, key)| *seen.entry(key).or_insert(i))
+        .collect()
+}
+
 fn stripe(node: u16, key: &[u8]) -> usize {
     key_hash(node, key) as usize % LOCK_STRIPES
 }

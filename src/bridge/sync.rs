@@ -11,13 +11,12 @@
 //! `verify` from any of them) only ever leave a timer to fire or check
 //! one more.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::registry::{Failure, Hint, Registry};
+use super::registry::{first_occurrences, Failure, Hint, Registry};
 use super::server_side::Session;
 
 /// Workers that sync keys in parallel (a divisor of the registry's lock
@@ -76,13 +75,7 @@ async fn work(registry: Arc<Registry>, mut session: Session, mut rx: mpsc::Recei
 /// One [`Work`] per key, in first-seen order, hints merged (keys are
 /// borrowed, not copied, to find the repeats).
 fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
-    let mut first: Vec<usize> = Vec::with_capacity(batch.len());
-    {
-        let mut seen: HashMap<(u16, &[u8]), usize> = HashMap::with_capacity(batch.len());
-        for (i, w) in batch.iter().enumerate() {
-            first.push(*seen.entry((w.node, w.key.as_slice())).or_insert(i));
-        }
-    }
+    let first = first_occurrences(batch.iter().map(|w| (w.node, w.key.as_slice())));
     for (i, &f) in first.iter().enumerate() {
         if f != i {
             let hint = batch[i].hint;

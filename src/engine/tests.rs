@@ -1284,6 +1284,13 @@ fn job_record_is_compact() {
     );
 }
 
+/// One step of a 64-bit linear congruential generator (Knuth's MMIX
+/// constants): repeatable randomness for the model tests.
+fn lcg(x: u64) -> u64 {
+    x.wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+}
+
 #[test]
 fn job_table_matches_a_hash_map() {
     let mut table = JobTable::new();
@@ -1292,9 +1299,7 @@ fn job_table_matches_a_hash_map() {
     let mut next_id = 1;
     let mut rng = 12345u64;
     for _ in 0..50_000 {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        rng = lcg(rng);
         if rng >> 62 != 0 || live.is_empty() {
             let slot = table.insert(Job::new(next_id, 0, 1, 0, 0, Bytes::new(), 0));
             model.insert(next_id, slot);
@@ -1327,9 +1332,7 @@ fn heaps_match_a_sorted_model() {
     let mut next_id = 1;
     let mut rng = 987_654_321u64;
     for round in 0..60_000 {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        rng = lcg(rng);
         let (pick, which, key) = ((rng >> 40) as usize, rng >> 63 == 0, (rng >> 33) % 8);
         // Grow for the first half, then shrink to nothing.
         let grow = (rng >> 20) % 8 < if round < 30_000 { 5 } else { 2 };

@@ -349,9 +349,10 @@ fn start_redis() -> (Proc, String, redis::Client) {
 
 fn run(a: &Args, dir: &Path) {
     let n = a.keys;
-    let (_redis, url, client) = start_redis();
+    let (redis_proc, url, client) = start_redis();
     // The same keys, untouched by any bridge: Redis on its own.
-    let (_control, control_url, control) = start_redis();
+    let (control_proc, control_url, control) = start_redis();
+    let others = [redis_proc.0.id(), control_proc.0.id(), std::process::id()];
 
     let server_port = free_port();
     let log = dir.join("bridge.log");
@@ -400,7 +401,9 @@ fn run(a: &Args, dir: &Path) {
         || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("reconciled")),
     );
     let rss_before = rss_kib(bridge_pid);
-    let cpu_before = (cpu_secs(bridge_pid), cpu_secs(server_pid));
+    // Whose CPU is reported, in this order.
+    let pids = [bridge_pid, server_pid, others[0], others[1], others[2]];
+    let cpu_start = pids.map(cpu_secs);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -461,10 +464,12 @@ fn run(a: &Args, dir: &Path) {
             .expect("connect");
         let mut registered = None;
         let mut rss_armed = 0;
+        let mut cpu_armed = cpu_start;
         while now_ms() < last_deadline + a.grace_ms {
             if tube_stat(&mut stats, "total-jobs").await >= n as u64 {
                 registered = Some(started.elapsed().as_secs_f64());
                 rss_armed = rss_kib(bridge_pid);
+                cpu_armed = pids.map(cpu_secs);
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -496,10 +501,7 @@ fn run(a: &Args, dir: &Path) {
         .iter()
         .map(|c| format!("{c} {}", server_stats.get(*c).map_or("?", String::as_str)))
         .collect();
-        let cpu = (
-            cpu_secs(bridge_pid) - cpu_before.0,
-            cpu_secs(server_pid) - cpu_before.1,
-        );
+        let cpu_end = pids.map(cpu_secs);
 
         let b = report(&bridge_arr, &deadlines);
         let r = report(&redis_arr, &deadlines);
@@ -541,14 +543,22 @@ fn run(a: &Args, dir: &Path) {
             (rss_armed.saturating_sub(rss_before) * 1024) as f64 / n as f64,
             rss_end / 1024
         );
-        if a.embedded {
-            println!("  CPU over the run: sprout + bridge {:.1} s", cpu.1);
-        } else {
+        // Embedded, the bridge's process is the server's: one figure.
+        let cpu_line = |what: &str, from: &[f64; 5], to: &[f64; 5]| {
+            let d: Vec<f64> = to.iter().zip(from).map(|(t, f)| t - f).collect();
+            let ours = if a.embedded {
+                format!("sprout + bridge {:.1}", d[1])
+            } else {
+                format!("bridge {:.1}, sprout {:.1}", d[0], d[1])
+            };
             println!(
-                "  CPU over the run: bridge {:.1} s, sprout {:.1} s",
-                cpu.0, cpu.1
+                "  CPU s {what:<16} {ours}, watched redis {:.1}, untouched redis {:.1}, \
+                 this benchmark {:.1}",
+                d[2], d[3], d[4]
             );
-        }
+        };
+        cpu_line("while arming:", &cpu_start, &cpu_armed);
+        cpu_line("after:", &cpu_armed, &cpu_end);
         println!("  server commands: {}", cmds.join(", "));
         println!("  lateness (ms)            p50     p99     max    lost   early  dupes");
         let rows = [

@@ -66,9 +66,11 @@ pub async fn run(
                         continue;
                     };
                     let event: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    let expired = event == b"expired";
                     let hint = Hint {
-                        expired: event == b"expired",
+                        expired,
                         verify: false,
+                        changed: !expired,
                     };
                     let work = Work {
                         node: index,

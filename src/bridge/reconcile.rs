@@ -90,6 +90,7 @@ async fn scan(node: u16, redis: &mut Redis, pattern: &str, verify: bool, queue: 
                     let hint = Hint {
                         expired: false,
                         verify,
+                        changed: true,
                     };
                     queue.push(Work { node, key, hint }).await;
                 }

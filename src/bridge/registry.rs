@@ -98,6 +98,20 @@ pub struct Hint {
     /// Check that the indexed timer really exists (after a start or a lost
     /// server connection: a server without `-b` forgets its jobs).
     pub verify: bool,
+    /// Something besides `expired` asked (another event, or SCAN): Redis
+    /// must be read even if the key's expiry was already delivered.
+    pub changed: bool,
+}
+
+impl Hint {
+    /// Only Redis's `expired` event asked, and the key's expiry was
+    /// delivered: the event is the echo of that delivery (the bridge's own
+    /// check at the deadline made Redis delete the key), so there is
+    /// nothing to read. A key written again after it expired has events of
+    /// its own, queued behind this one, which do read Redis.
+    fn is_echo(self, current: impl FnOnce() -> Option<Entry>) -> bool {
+        self.expired && !self.changed && !self.verify && current().is_some_and(Entry::is_delivered)
+    }
 }
 
 /// A timer to put: node, key, expiry, and the entry it replaces.
@@ -189,6 +203,15 @@ impl Registry {
     /// and Redis is read under those locks, so every decision is the one
     /// the key would get alone at that moment.
     pub async fn sync(&self, session: &mut Session, batch: &[Work]) -> Result<()> {
+        // An echo needs no lock: only a newer entry replaces a mark, and
+        // that comes from an event queued behind this one.
+        let batch: Vec<&Work> = batch
+            .iter()
+            .filter(|w| !w.hint.is_echo(|| self.index.get(w.node, &w.key)))
+            .collect();
+        if batch.is_empty() {
+            return Ok(());
+        }
         let keys: Vec<(u16, &[u8])> = batch.iter().map(|w| (w.node, w.key.as_slice())).collect();
         let _guards = self.lock_all(&keys).await;
         let expiries = self.expiries(&keys).await?;

@@ -7,9 +7,9 @@
 //! of deletes: a few round trips per batch instead of per key). A key
 //! queued twice in a batch (a `SET … EX` sends `set` *and* `expire`) is
 //! synced once: a sync reads Redis afresh, so the last of several syncs
-//! is the only one that counts, and the merged hints (`expired` or
-//! `verify` from any of them) only ever leave a timer to fire or check
-//! one more.
+//! is the only one that counts, and the merged hints (`expired`,
+//! `verify` or `changed` from any of them) only ever leave a timer to
+//! fire, check one more, or read Redis where an `expired` alone would not.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,6 +81,7 @@ fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
             let hint = batch[i].hint;
             batch[f].hint.expired |= hint.expired;
             batch[f].hint.verify |= hint.verify;
+            batch[f].hint.changed |= hint.changed;
         }
     }
     batch
@@ -108,11 +109,16 @@ pub async fn recover(session: &mut Session, failure: Failure) {
 mod tests {
     use super::*;
 
+    /// A key's work as an event (`verify` false) or SCAN (true) queues it.
     fn work(node: u16, key: &str, expired: bool, verify: bool) -> Work {
         Work {
             node,
             key: key.into(),
-            hint: Hint { expired, verify },
+            hint: Hint {
+                expired,
+                verify,
+                changed: !expired,
+            },
         }
     }
 
@@ -125,17 +131,23 @@ mod tests {
             work(0, "a", true, false),
             work(0, "b", false, false),
             work(1, "a", false, false),
+            work(0, "c", true, false),
+            work(0, "c", true, false),
         ]);
         let got: Vec<_> = out
             .iter()
-            .map(|w| (w.node, w.key.as_slice(), w.hint.expired, w.hint.verify))
+            .map(|w| {
+                let h = w.hint;
+                (w.node, w.key.as_slice(), h.expired, h.verify, h.changed)
+            })
             .collect();
         assert_eq!(
             got,
             [
-                (0, &b"a"[..], true, false),
-                (0, &b"b"[..], false, false),
-                (1, &b"a"[..], false, true),
+                (0, &b"a"[..], true, false, true),
+                (0, &b"b"[..], false, false, true),
+                (1, &b"a"[..], false, true, true),
+                (0, &b"c"[..], true, false, false),
             ]
         );
     }

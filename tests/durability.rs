@@ -1,6 +1,7 @@
 //! Recovery semantics of the durable store (`-b DIR`), deterministically:
 //! each test builds a known state against the real binary, stops it (SIGKILL
-//! under `-f 0`, or SIGTERM under the default `-f 50`), restarts it on the
+//! under `-f 0` or once `-f 200` has passed, or SIGTERM under the default
+//! `-f 50`), restarts it on the
 //! same directory and checks what comes back:
 //!
 //! - ready jobs with their priority, TTR, body and tube; tubes listed again
@@ -307,6 +308,25 @@ fn everything_survives_sigkill_under_f0() {
         }
         s.kill9();
     }
+}
+
+#[test]
+fn what_is_older_than_the_fsync_window_survives_sigkill() {
+    if !sprout_only("what_is_older_than_the_fsync_window_survives_sigkill") {
+        return;
+    }
+    let store = TempDir::new();
+    let dir = store.path().join("store");
+    // `-f 200` promises every change is durable 200 ms after its reply,
+    // with no further traffic to push it out; wait well past that.
+    let mut s = TestServer::start_with_store(&dir, &["-f", "200"]);
+    let sc = build(&s);
+    thread::sleep(Duration::from_secs(1));
+    s.kill9();
+
+    let s = TestServer::start_with_store(&dir, &["-f", "200"]);
+    verify(&s, &sc);
+    assert_eq!(kick_order(&s), sc.buried, "bury order after restart");
 }
 
 #[test]

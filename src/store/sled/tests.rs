@@ -52,9 +52,15 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
 }
 
 fn open(dir: &std::path::Path) -> (SledStore, super::Recovered) {
+    // The default window: records left alone are applied (and the log
+    // cleaned) 50 ms after they arrive.
+    open_with(dir, Policy::Every(Duration::from_millis(50)))
+}
+
+fn open_with(dir: &std::path::Path, policy: Policy) -> (SledStore, super::Recovered) {
     let options = Options {
         dir: dir.to_path_buf(),
-        policy: Policy::Every(Duration::from_secs(3600)),
+        policy,
         cache_bytes: 16 << 20,
         salvage: false,
     };
@@ -148,4 +154,31 @@ fn pages_read_back_exactly_the_live_jobs() {
         "idle: {stored} bytes stored for {live} live (before: {before})"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_job_put_and_deleted_within_one_window_is_never_written() {
+    let mut rng = Rng(7);
+    let mut stored_after = |policy: Policy| {
+        let dir =
+            std::env::temp_dir().join(format!("sprout-window-{}-{policy:?}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, _) = open_with(&dir, policy);
+        let (kept, gone) = (image(1, &mut rng), image(2, &mut rng));
+        // Separate submissions, as from separate commands.
+        store.submit(vec![Record::Put(kept.clone())]);
+        store.submit(vec![Record::Put(gone)]);
+        store.submit(vec![Record::Delete(2)]);
+        store.close();
+        let (_store, recovered) = open_with(&dir, policy);
+        assert_eq!(recovered.jobs, vec![kept]);
+        let stored = recovered.stored_bytes;
+        let _ = std::fs::remove_dir_all(&dir);
+        stored
+    };
+    let windowed = stored_after(Policy::Every(Duration::from_secs(3600)));
+    let one_by_one = stored_after(Policy::Always);
+    // Under -f 0 each submission is its own commit: job 2's image and its
+    // tombstone are on disk too.
+    assert!(windowed < one_by_one, "{windowed} vs {one_by_one} bytes");
 }

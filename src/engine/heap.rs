@@ -34,6 +34,8 @@ pub(super) trait Entry: Copy + PartialEq {
     fn slot(self) -> u32;
     /// Whether `self` comes before `other` (entries are never equal).
     fn less(self, other: Self, jobs: &JobTable) -> bool;
+    /// The order as a pair (for browsing: [`SlotHeap::ordered_after`]).
+    fn order(self, jobs: &JobTable) -> (u64, u64);
 }
 
 /// The reserve order: lower priority value first, then older job.
@@ -67,6 +69,10 @@ impl Entry for ByPriority {
     fn less(self, other: Self, _: &JobTable) -> bool {
         self.key() < other.key()
     }
+
+    fn order(self, _: &JobTable) -> (u64, u64) {
+        (u64::from(self.pri), self.id)
+    }
 }
 
 /// The delay order: sooner deadline first, then older job.
@@ -93,6 +99,10 @@ impl Entry for ByDeadline {
             return older(self.slot, other.slot, jobs);
         }
         self.deadline < other.deadline
+    }
+
+    fn order(self, jobs: &JobTable) -> (u64, u64) {
+        (self.deadline, jobs[self.slot].id)
     }
 }
 
@@ -149,6 +159,52 @@ impl<E: Entry> SlotHeap<E> {
         } else {
             self.sift_down(at, last, jobs);
         }
+    }
+
+    /// At most `limit` entries in heap order, starting after the entry
+    /// whose order is `after` (from the first without one), for paging.
+    ///
+    /// A best-first walk from the root: the nodes at or before `after` are
+    /// skipped (every node below one beyond `after` is beyond it too), then
+    /// the smallest of the frontier is taken `limit` times, its children
+    /// joining the frontier. O(skipped + limit · log limit), without
+    /// touching the heap: the first pages cost next to nothing, a page a
+    /// million entries deep costs a pass over the entries before it.
+    pub(super) fn ordered_after(
+        &self,
+        after: Option<(u64, u64)>,
+        limit: usize,
+        jobs: &JobTable,
+    ) -> Vec<E> {
+        use std::cmp::Reverse;
+        let children =
+            |i: usize| (ARITY * i + 1..ARITY * i + 1 + ARITY).filter(|&c| c < self.len());
+        let mut frontier = std::collections::BinaryHeap::new();
+        let mut skipped = if self.is_empty() { vec![] } else { vec![0] };
+        while let Some(i) = skipped.pop() {
+            let order = self.entries[i].order(jobs);
+            if after.map_or(true, |after| order > after) {
+                frontier.push(Reverse((order, i)));
+            } else {
+                skipped.extend(children(i));
+            }
+        }
+        let mut page = Vec::with_capacity(limit.min(self.len()));
+        while page.len() < limit {
+            let Some(Reverse((_, i))) = frontier.pop() else {
+                break;
+            };
+            page.push(self.entries[i]);
+            for c in children(i) {
+                frontier.push(Reverse((self.entries[c].order(jobs), c)));
+            }
+        }
+        page
+    }
+
+    /// Every entry, in no particular order.
+    pub(super) fn entries(&self) -> &[E] {
+        &self.entries
     }
 
     /// Puts `entry` at node `i` and records its position.

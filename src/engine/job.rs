@@ -15,7 +15,7 @@ use super::Time;
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum State {
+pub enum State {
     Ready = 0,
     Delayed = 1,
     Reserved = 2,
@@ -23,14 +23,21 @@ pub(super) enum State {
 }
 
 impl State {
+    pub const ALL: [State; 4] = [State::Ready, State::Delayed, State::Reserved, State::Buried];
+
     /// The name `stats-job` prints.
-    pub(super) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             State::Ready => "ready",
             State::Delayed => "delayed",
             State::Reserved => "reserved",
             State::Buried => "buried",
         }
+    }
+
+    /// The state called `name` (as [`State::name`] prints it).
+    pub fn from_name(name: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.name() == name)
     }
 }
 

@@ -19,8 +19,13 @@ use sprout_protocol::{
     Command, JobId, Op, ProtocolError, Rejected, Response, TubeName, URGENT_THRESHOLD,
 };
 
+mod admin;
+#[cfg(test)]
+mod admin_tests;
+mod browse;
 mod conn;
 mod heap;
+mod histogram;
 mod host;
 mod job;
 mod journal;
@@ -31,10 +36,14 @@ mod tests;
 mod timers;
 mod tube;
 
+pub use admin::AdminError;
+pub use browse::{Cursor, JobInfo, Page, TubeFigures};
 use conn::{Conn, Wait};
 use heap::{ByDeadline, ByPriority};
+pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
-use job::{Job, State};
+use job::Job;
+pub use job::State;
 pub use journal::{JobImage, Record, Stored};
 pub use stats::BinlogStats;
 use stats::Stats;
@@ -426,7 +435,7 @@ impl Engine {
                     .first()
                     .map(|&(_, slot)| slot),
             ),
-            Command::Kick(bound) => Response::KickedCount(self.kick(conn, bound)),
+            Command::Kick(bound) => Response::KickedCount(self.kick(self.used(conn), bound)),
             Command::KickJob(id) => match self.jobs.find(id) {
                 Some(slot) if matches!(self.jobs[slot].state(), State::Buried | State::Delayed) => {
                     self.kick_job(slot);
@@ -434,16 +443,7 @@ impl Engine {
                 }
                 _ => Response::NotFound,
             },
-            Command::Stats => Response::Ok(stats::server(
-                &self.stats,
-                &stats::Server {
-                    config: &self.config,
-                    host: &self.host,
-                    tubes: self.tubes.list().len(),
-                    uptime: self.now - self.started,
-                    draining: self.draining,
-                },
-            )),
+            Command::Stats => Response::Ok(self.stats_document()),
             Command::StatsJob(id) => match self.jobs.find(id) {
                 Some(slot) => {
                     let job = &self.jobs[slot];
@@ -464,13 +464,7 @@ impl Engine {
             )),
             Command::PauseTube { tube, delay } => match self.tubes.find(&tube) {
                 Some(t) => {
-                    // Always a positive pause, as beanstalkd does.
-                    let pause = micros(delay).max(1);
-                    let tube = &mut self.tubes[t];
-                    tube.pause = pause;
-                    tube.unpause_at = self.now.saturating_add(pause);
-                    tube.pauses += 1;
-                    self.timers.set(TimerKey::Unpause(t), Some(tube.unpause_at));
+                    self.pause(t, delay);
                     Response::Paused
                 }
                 None => Response::NotFound,
@@ -498,6 +492,18 @@ impl Engine {
         body: Bytes,
     ) -> Response {
         self.set_producer(conn);
+        self.put_in(self.used(conn), pri, delay, ttr, body)
+    }
+
+    /// Puts a new job in tube `t` (which must be live).
+    fn put_in(
+        &mut self,
+        t: u32,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+    ) -> Response {
         let id = self.next_job_id;
         self.next_job_id += 1;
         if self.draining {
@@ -506,7 +512,6 @@ impl Engine {
         if self.jobs.is_full() || !self.store_ok {
             return Response::OutOfMemory;
         }
-        let t = self.used(conn);
         let job = Job::new(
             id,
             pri,
@@ -578,17 +583,54 @@ impl Engine {
             if self.owned(conn, id).is_none() {
                 return Response::NotFound;
             }
+            let job = &self.jobs[slot];
+            // From the reserve, or the last touch, which restarted the TTR.
+            let reserved_at = job
+                .deadline
+                .saturating_sub(u64::from(job.ttr) * MICROS_PER_SECOND);
+            let held = self.now.saturating_sub(reserved_at);
+            self.tubes[job.tube].latency.reserve_to_delete.observe(held);
             self.unreserve(conn, slot);
         } else {
             self.take_out(slot);
         }
+        self.tubes[self.jobs[slot].tube].deletes += 1;
+        self.discard(slot);
+        Response::Deleted
+    }
+
+    /// Removes a job that is in no queue and held by no one, journaling
+    /// its delete; its tube goes if nothing else refers to it.
+    fn discard(&mut self, slot: u32) {
         let job = self.jobs.remove(slot);
-        self.tubes[job.tube].deletes += 1;
         self.drop_tube_ref(job.tube);
         if self.config.journal {
-            self.journal.push(Record::Delete(id));
+            self.journal.push(Record::Delete(job.id));
         }
-        Response::Deleted
+    }
+
+    /// The `stats` document.
+    fn stats_document(&self) -> Bytes {
+        stats::server(
+            &self.stats,
+            &stats::Server {
+                config: &self.config,
+                host: &self.host,
+                tubes: self.tubes.list().len(),
+                uptime: self.now - self.started,
+                draining: self.draining,
+            },
+        )
+    }
+
+    /// Pauses tube `t` for `delay` (at least 1 µs, as beanstalkd does).
+    fn pause(&mut self, t: u32, delay: Duration) {
+        let pause = micros(delay).max(1);
+        let tube = &mut self.tubes[t];
+        tube.pause = pause;
+        tube.unpause_at = self.now.saturating_add(pause);
+        tube.pauses += 1;
+        self.timers.set(TimerKey::Unpause(t), Some(tube.unpause_at));
     }
 
     fn ignore(&mut self, conn: ConnId, name: &TubeName) -> Response {
@@ -607,10 +649,9 @@ impl Engine {
         Response::Watching(c.watch.len() as u32)
     }
 
-    /// `kick <bound>` on the used tube: buried jobs if there are any (oldest
+    /// `kick <bound>` on tube `t`: buried jobs if there are any (oldest
     /// first), else delayed jobs (soonest first).
-    fn kick(&mut self, conn: ConnId, bound: u32) -> u32 {
-        let t = self.used(conn);
+    fn kick(&mut self, t: u32, bound: u32) -> u32 {
         let from_buried = !self.tubes[t].buried.is_empty();
         let mut kicked = 0;
         while kicked < bound {
@@ -738,6 +779,9 @@ impl Engine {
     fn make_ready(&mut self, slot: u32) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Ready);
+        // A ready job's deadline is free: it keeps when the job became
+        // ready, for the reserve-wait histogram.
+        job.deadline = self.now;
         let (t, urgent) = (job.tube, job.pri < URGENT_THRESHOLD);
         let tube = &mut self.tubes[t];
         tube.ready.push(slot, &mut self.jobs);
@@ -777,9 +821,19 @@ impl Engine {
 
     fn make_reserved(&mut self, conn: ConnId, slot: u32) {
         let job = &mut self.jobs[slot];
+        let ready_since = (job.state() == State::Ready).then_some(job.deadline);
         job.set_state(State::Reserved);
         job.reserves += 1;
-        self.tubes[job.tube].reserved += 1;
+        let tube = &mut self.tubes[job.tube];
+        tube.reserved += 1;
+        if let Some(since) = ready_since {
+            tube.latency
+                .reserve_wait
+                .observe(self.now.saturating_sub(since));
+        }
+        tube.latency
+            .age_at_reserve
+            .observe(self.now.saturating_sub(job.created));
         self.stats.reserved += 1;
         self.start_ttr(conn, slot);
         // No record: a stored job comes back ready whatever it was doing,

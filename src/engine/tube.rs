@@ -14,6 +14,7 @@ use std::ops::{Index, IndexMut};
 use sprout_protocol::TubeName;
 
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
+use super::histogram::Latency;
 use super::{ConnId, Time};
 
 /// The index of the `default` tube, which is never removed.
@@ -38,6 +39,7 @@ pub(super) struct Tube {
     /// The length of the current pause in µs; 0 when not paused.
     pub(super) pause: Time,
     pub(super) unpause_at: Time,
+    pub(super) latency: Latency,
     /// Where the tube sits in the registry's list.
     list_pos: usize,
 }
@@ -59,6 +61,7 @@ impl Tube {
             pauses: 0,
             pause: 0,
             unpause_at: 0,
+            latency: Latency::default(),
             list_pos,
         }
     }

@@ -1,0 +1,217 @@
+//! Changes the admin API makes: kick, delete, flush a tube's state, move
+//! jobs between tubes, pause and resume, put.
+//!
+//! They act on jobs by id or on a tube's queues, not through a client
+//! connection, and are not counted as beanstalk commands (`cmd-*` stay the
+//! protocol's), but they take the very state transitions and journal
+//! records the commands take, so the store keeps them under the same
+//! policy. A reserved job belongs to the worker holding it: no admin call
+//! takes it away.
+//!
+//! Flush and move work in batches: one call changes at most `max` jobs
+//! and the caller drops the lock between calls, so a million jobs flushed
+//! never hold up a client for more than one batch.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sprout_protocol::{JobId, Response, TubeName};
+
+use super::job::State;
+use super::{Engine, Time};
+
+/// Why an admin change was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminError {
+    NoSuchTube,
+    NoSuchJob,
+    /// The job is reserved: its holder decides.
+    Reserved,
+    /// The job is in a state the call does not apply to (kick of a ready job).
+    WrongState,
+    /// Drain mode (SIGUSR1): no new jobs.
+    Draining,
+    /// The job table is full or the store is refusing writes.
+    OutOfMemory,
+}
+
+impl Engine {
+    /// `kick <bound>` on tube `name`: buried jobs first, else delayed ones.
+    pub fn kick_tube(&mut self, name: &TubeName, bound: u32, now: Time) -> Result<u32, AdminError> {
+        self.tick(now);
+        let t = self.tubes.find(name).ok_or(AdminError::NoSuchTube)?;
+        Ok(self.kick(t, bound))
+    }
+
+    /// `kick-job <id>`: a buried or delayed job becomes ready.
+    pub fn kick_one(&mut self, id: JobId, now: Time) -> Result<(), AdminError> {
+        self.tick(now);
+        let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
+        match self.jobs[slot].state() {
+            State::Buried | State::Delayed => {
+                self.kick_job(slot);
+                Ok(())
+            }
+            State::Reserved => Err(AdminError::Reserved),
+            State::Ready => Err(AdminError::WrongState),
+        }
+    }
+
+    /// Deletes job `id` unless a worker holds it.
+    pub fn delete_one(&mut self, id: JobId, now: Time) -> Result<(), AdminError> {
+        self.tick(now);
+        let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
+        if self.jobs[slot].state() == State::Reserved {
+            return Err(AdminError::Reserved);
+        }
+        self.take_out(slot);
+        self.discard(slot);
+        Ok(())
+    }
+
+    /// Deletes up to `max` jobs of tube `name` in `state` (first in that
+    /// state's order first); returns how many. 0 once there are none left,
+    /// or the tube is gone (it goes with its last job if nothing else
+    /// refers to it).
+    pub fn flush(
+        &mut self,
+        name: &TubeName,
+        state: State,
+        max: usize,
+        now: Time,
+    ) -> Result<u64, AdminError> {
+        self.tick(now);
+        if state == State::Reserved {
+            return Err(AdminError::Reserved);
+        }
+        let Some(t) = self.tubes.find(name) else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        while done < max as u64 {
+            let Some(slot) = self.first_in(t, state) else {
+                break;
+            };
+            self.take_out(slot);
+            // The last job may take the tube with it; ask by name again.
+            self.discard(slot);
+            done += 1;
+            if self.tubes.find(name) != Some(t) {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Moves up to `max` jobs of tube `from` in `state` to tube `to`, each
+    /// keeping its state (a delayed job its due time, a buried one its
+    /// place in the bury order); returns how many. A ready job moved to a
+    /// tube with waiting workers is handed to one at once.
+    pub fn move_jobs(
+        &mut self,
+        from: &TubeName,
+        state: State,
+        to: &TubeName,
+        max: usize,
+        now: Time,
+    ) -> Result<u64, AdminError> {
+        self.tick(now);
+        if state == State::Reserved {
+            return Err(AdminError::Reserved);
+        }
+        let Some(source) = self.tubes.find(from) else {
+            return Ok(0);
+        };
+        if from == to {
+            return Ok(0);
+        }
+        let dest = self.tubes.find_or_make(to);
+        let mut done = 0;
+        while done < max as u64 {
+            let Some(slot) = self.first_in(source, state) else {
+                break;
+            };
+            let seq = self.jobs[slot].deadline;
+            self.take_out(slot);
+            self.jobs[slot].tube = dest;
+            match state {
+                State::Ready => self.make_ready(slot),
+                State::Delayed => self.make_delayed(slot, seq),
+                State::Buried => self.bury_at(slot, seq),
+                State::Reserved => unreachable!("refused above"),
+            }
+            self.record(slot, false);
+            done += 1;
+        }
+        self.drop_tube_ref(source);
+        self.drop_tube_ref(dest);
+        Ok(done)
+    }
+
+    /// `pause-tube`: no reserves from tube `name` for `delay`.
+    pub fn pause_tube(
+        &mut self,
+        name: &TubeName,
+        delay: Duration,
+        now: Time,
+    ) -> Result<(), AdminError> {
+        self.tick(now);
+        let t = self.tubes.find(name).ok_or(AdminError::NoSuchTube)?;
+        self.pause(t, delay);
+        Ok(())
+    }
+
+    /// Ends tube `name`'s pause now (no beanstalk command does).
+    pub fn resume_tube(&mut self, name: &TubeName, now: Time) -> Result<(), AdminError> {
+        self.tick(now);
+        let t = self.tubes.find(name).ok_or(AdminError::NoSuchTube)?;
+        self.tubes[t].pause = 0;
+        self.tubes[t].unpause_at = 0;
+        self.timers.set(super::TimerKey::Unpause(t), None);
+        self.serve_waiters(t);
+        Ok(())
+    }
+
+    /// `put` into tube `name` (made if missing); the body must fit
+    /// [`Engine::max_job_size`] (the caller checks, as the parser does).
+    pub fn put_into(
+        &mut self,
+        name: &TubeName,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+        now: Time,
+    ) -> Result<JobId, AdminError> {
+        self.tick(now);
+        let t = self.tubes.find_or_make(name);
+        let response = self.put_in(t, pri, delay, ttr, body);
+        self.drop_tube_ref(t);
+        match response {
+            Response::Inserted(id) => Ok(id),
+            Response::Draining => Err(AdminError::Draining),
+            _ => Err(AdminError::OutOfMemory),
+        }
+    }
+
+    /// `-z`: the largest body a put may carry.
+    pub fn max_job_size(&self) -> u32 {
+        self.config.max_job_size
+    }
+
+    /// Whether drain mode is on.
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// The first job of tube `t` in `state`, in that state's order.
+    fn first_in(&self, t: u32, state: State) -> Option<u32> {
+        let tube = &self.tubes[t];
+        match state {
+            State::Ready => tube.ready.peek().map(|e| e.slot),
+            State::Delayed => tube.delayed.peek().map(|e| e.slot),
+            State::Buried => tube.buried.first().map(|&(_, slot)| slot),
+            State::Reserved => None,
+        }
+    }
+}

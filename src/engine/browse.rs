@@ -1,0 +1,240 @@
+//! Reading the queue for the admin API and `/metrics`: tubes with their
+//! figures, one job, and a tube's jobs in one state, a page at a time.
+//!
+//! Nothing here changes the engine (beyond firing what is due at `now`, as
+//! every call does), and nothing is counted as a command. Each call is
+//! bounded so the engine's lock is held briefly: a page holds at most
+//! [`MAX_PAGE`] jobs, bodies are shared handles (the caller cuts its
+//! preview after the lock is gone).
+
+use bytes::Bytes;
+use sprout_protocol::{JobId, TubeName};
+
+use super::heap::Entry;
+use super::histogram::Latency;
+use super::job::{Job, State};
+use super::stats;
+use super::{Engine, Time};
+
+/// The most jobs one page holds.
+pub const MAX_PAGE: usize = 1000;
+
+/// Where a page ends, to start the next one after it: a job's place in its
+/// state's order, (priority, id) for ready, (due time, id) for delayed and
+/// reserved, (bury sequence, id) for buried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor(pub u64, pub u64);
+
+/// One job as the admin API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobInfo {
+    pub id: JobId,
+    pub tube: TubeName,
+    pub state: State,
+    pub pri: u32,
+    /// µs since the put.
+    pub age: Time,
+    /// Seconds of the last put/release delay.
+    pub delay: u32,
+    pub ttr: u32,
+    /// µs until a delayed job is ready or a reserved job's TTR runs out.
+    pub time_left: Time,
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
+    pub body: Bytes,
+    /// Its place in its state's order (see [`Cursor`]).
+    pub cursor: Cursor,
+}
+
+/// A page of a tube's jobs in one state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page {
+    pub jobs: Vec<JobInfo>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+}
+
+/// A tube's figures: its `stats-tube` document, its latency histograms and
+/// the age of its oldest ready job.
+#[derive(Clone, Debug)]
+pub struct TubeFigures {
+    pub name: TubeName,
+    /// The `stats-tube` document, exactly as the command answers it.
+    pub stats: Bytes,
+    pub ready: u64,
+    pub reserved: u64,
+    pub delayed: u64,
+    pub buried: u64,
+    pub paused: bool,
+    pub latency: Latency,
+    /// µs since the put of the oldest ready job (beanstalkd #37).
+    pub oldest_ready_age: Option<Time>,
+}
+
+impl Engine {
+    /// The `stats` document at `now`, exactly as the command answers it.
+    pub fn stats_at(&mut self, now: Time) -> Bytes {
+        self.tick(now);
+        self.stats_document()
+    }
+
+    /// Every tube's figures, in `list-tubes` order.
+    ///
+    /// Finding the oldest ready job reads every ready entry of a tube (its
+    /// heap is in priority order; ids, which follow put order, are in the
+    /// entries, so no job record is read but the oldest's).
+    pub fn tube_figures(&mut self, now: Time) -> Vec<TubeFigures> {
+        self.tick(now);
+        let tubes = self.tubes.list().to_vec();
+        tubes.into_iter().map(|t| self.figures_of(t)).collect()
+    }
+
+    /// One tube's figures.
+    pub fn tube_figures_of(&mut self, name: &TubeName, now: Time) -> Option<TubeFigures> {
+        self.tick(now);
+        let t = self.tubes.find(name)?;
+        Some(self.figures_of(t))
+    }
+
+    fn figures_of(&self, t: u32) -> TubeFigures {
+        let tube = &self.tubes[t];
+        let oldest = tube.ready.entries().iter().min_by_key(|e| e.id);
+        TubeFigures {
+            name: tube.name.clone(),
+            stats: stats::tube(tube, self.now),
+            ready: tube.ready.len() as u64,
+            reserved: tube.reserved,
+            delayed: tube.delayed.len() as u64,
+            buried: tube.buried.len() as u64,
+            paused: tube.is_paused(),
+            latency: tube.latency.clone(),
+            oldest_ready_age: oldest.map(|e| self.now.saturating_sub(self.jobs[e.slot].created)),
+        }
+    }
+
+    /// Job `id`, if it exists.
+    pub fn job_info(&mut self, id: JobId, now: Time) -> Option<JobInfo> {
+        self.tick(now);
+        let slot = self.jobs.find(id)?;
+        Some(self.info(slot, self.cursor_of(slot)))
+    }
+
+    /// Up to `limit` (at most [`MAX_PAGE`]) jobs of tube `name` in `state`,
+    /// in that state's order, after `after`; `None` if there is no such
+    /// tube. Ready jobs come in reserve order, delayed jobs soonest first,
+    /// reserved jobs by TTR deadline, buried jobs in kick order.
+    pub fn jobs_page(
+        &mut self,
+        name: &TubeName,
+        state: State,
+        after: Option<Cursor>,
+        limit: usize,
+        now: Time,
+    ) -> Option<Page> {
+        self.tick(now);
+        let t = self.tubes.find(name)?;
+        let limit = limit.clamp(1, MAX_PAGE);
+        // One more than asked for tells whether there is a next page.
+        let slots = self.ordered_slots(t, state, after, limit + 1);
+        let more = slots.len() > limit;
+        let jobs: Vec<JobInfo> = slots
+            .into_iter()
+            .take(limit)
+            .map(|(cursor, slot)| self.info(slot, cursor))
+            .collect();
+        let next = if more {
+            jobs.last().map(|j| j.cursor)
+        } else {
+            None
+        };
+        Some(Page { jobs, next })
+    }
+
+    /// The first `n` slots of tube `t` in `state` after `after`, with their
+    /// cursors, in order.
+    pub(super) fn ordered_slots(
+        &self,
+        t: u32,
+        state: State,
+        after: Option<Cursor>,
+        n: usize,
+    ) -> Vec<(Cursor, u32)> {
+        let tube = &self.tubes[t];
+        let after_pair = after.map(|Cursor(a, b)| (a, b));
+        match state {
+            State::Ready => heap_page(&tube.ready.ordered_after(after_pair, n, &self.jobs), self),
+            State::Delayed => {
+                heap_page(&tube.delayed.ordered_after(after_pair, n, &self.jobs), self)
+            }
+            State::Buried => {
+                let from = after.map_or(0, |Cursor(seq, _)| seq.saturating_add(1));
+                tube.buried
+                    .range((from, 0)..)
+                    .take(n)
+                    .map(|&(seq, slot)| (Cursor(seq, self.jobs[slot].id), slot))
+                    .collect()
+            }
+            State::Reserved => {
+                // Held jobs are spread over the connections holding them;
+                // there are as many as there are busy workers.
+                let mut held: Vec<(Cursor, u32)> = self
+                    .conns
+                    .values()
+                    .flat_map(|c| c.reserved.iter())
+                    .filter(|&&(_, slot)| self.jobs[slot].tube == t)
+                    .map(|&(deadline, slot)| (Cursor(deadline, self.jobs[slot].id), slot))
+                    .filter(|&(cursor, _)| after.map_or(true, |after| cursor > after))
+                    .collect();
+                held.sort_unstable();
+                held.truncate(n);
+                held
+            }
+        }
+    }
+
+    fn cursor_of(&self, slot: u32) -> Cursor {
+        let job = &self.jobs[slot];
+        match job.state() {
+            State::Ready => Cursor(u64::from(job.pri), job.id),
+            State::Delayed | State::Reserved | State::Buried => Cursor(job.deadline, job.id),
+        }
+    }
+
+    fn info(&self, slot: u32, cursor: Cursor) -> JobInfo {
+        let job: &Job = &self.jobs[slot];
+        let time_left = match job.state() {
+            State::Delayed | State::Reserved => job.deadline.saturating_sub(self.now),
+            State::Ready | State::Buried => 0,
+        };
+        JobInfo {
+            id: job.id,
+            tube: self.tubes[job.tube].name.clone(),
+            state: job.state(),
+            pri: job.pri,
+            age: self.now.saturating_sub(job.created),
+            delay: job.delay,
+            ttr: job.ttr,
+            time_left,
+            reserves: job.reserves,
+            timeouts: job.timeouts,
+            releases: job.releases,
+            buries: job.buries,
+            kicks: job.kicks,
+            body: job.body.clone(),
+            cursor,
+        }
+    }
+}
+
+fn heap_page<E: Entry>(entries: &[E], engine: &Engine) -> Vec<(Cursor, u32)> {
+    entries
+        .iter()
+        .map(|&e| {
+            let (a, b) = e.order(&engine.jobs);
+            (Cursor(a, b), e.slot())
+        })
+        .collect()
+}

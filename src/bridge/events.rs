@@ -14,10 +14,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::config::Node;
-use super::reconcile::Triggers;
 use super::redis_side::Redis;
-use super::registry::Hint;
-use super::sync::{Queue, Work};
+use super::sync::Queue;
+use super::triggers::Triggers;
+use super::work::{Hint, Work};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -66,16 +66,10 @@ pub async fn run(
                         continue;
                     };
                     let event: Vec<u8> = msg.get_payload().unwrap_or_default();
-                    let expired = event == b"expired";
-                    let hint = Hint {
-                        expired,
-                        verify: false,
-                        changed: !expired,
-                    };
                     let work = Work {
                         node: index,
                         key: key.to_vec(),
-                        hint,
+                        hint: Hint::event(&event),
                     };
                     queue.push(work).await;
                 }

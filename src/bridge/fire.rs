@@ -10,9 +10,10 @@ use std::time::Duration;
 use sprout_protocol::{Command, Response};
 
 use super::body::Timer;
-use super::registry::{first_occurrences, Due, Failure, Registry};
+use super::failure::{recover, Failure, RETRY_PAUSE};
+use super::keys::first_occurrences;
+use super::registry::{Due, Registry};
 use super::server_side::Session;
-use super::sync::{recover, RETRY_PAUSE};
 
 /// Workers reserving due timers.
 pub const WORKERS: usize = 4;

@@ -333,10 +333,6 @@ impl Index {
         self.shared.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Compacts the log now and waits until done.
     #[cfg(test)]
     fn compact(&self) -> io::Result<()> {

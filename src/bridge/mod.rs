@@ -8,31 +8,35 @@
 //! only uses events to *learn* TTLs, and keeps each pending expiry where
 //! it survives crashes: in the job server, as a delayed timer job.
 //!
-//! How, module by module:
-//! * [`config`]: the flags (subcommand and embedded mode), validated once.
-//! * [`events`]: keyspace events per node, each queued as a key to sync.
-//! * [`reconcile`]: `SCAN MATCH` at start, periodically and after lost
-//!   connections; the only source with `--no-pubsub`.
-//! * [`sync`]: the queue of keys and its workers.
-//! * [`registry`]: the per-key decisions (sync a TTL, fire a timer), taken
-//!   under a per-key lock from what Redis says at that moment.
-//! * [`fire`]: workers reserving due timers from `bridge-timers.TUBE`.
-//! * [`index`]: the small durable index (a map in memory, logged under
-//!   `--state-dir`): key → (expiry, current timer id).
-//! * [`body`]: the timer and delivery job bodies.
-//! * [`redis_side`], [`server_side`]: the two connections and their quirks.
+//! How, module by module, bottom up (every import points down the list):
+//! * Leaves, the shared vocabulary: [`config`] (the flags, validated once),
+//!   `clock` (the one clock read), `keys` (the key hash of workers and
+//!   lock stripes, repeats in a batch), `work` (a key to sync and the
+//!   `Hint` of why), `triggers` (asking for an early
+//!   reconciliation), `body` (the timer and delivery job bodies), `index`
+//!   (the small durable index, a map in memory logged under
+//!   `--state-dir`: key → (expiry, current timer id)).
+//! * Adapters: `redis_side` and [`server_side`], the two connections and
+//!   their quirks; `failure` (why a step failed, and the retry).
+//! * Workers: `registry` (the per-key decisions, sync a TTL and fire a
+//!   timer, taken under a per-key lock from what Redis says at that moment); `sync` (the queue of
+//!   keys and its workers), `fire` (workers reserving due timers from
+//!   `bridge-timers.TUBE`), `events` (keyspace events per node, each queued
+//!   as a key to sync), `reconcile` (`SCAN MATCH` at start, periodically
+//!   and after lost connections; the only source with `--no-pubsub`).
+//! * Wiring: [`run`], here.
 //!
 //! Guarantees: never early (a timer fires only once Redis reports the key
 //! gone; otherwise it moves), never lost (timers are durable in a server
 //! run with `-b`; the delivery is put before the timer is deleted), one
 //! pending timer per key (after a crash briefly two: the superseded one is
-//! dropped when due, see [`registry`]). Duplicates only across a crash, or a
+//! dropped when due, see `registry`). Duplicates only across a crash, or a
 //! connection lost between delivering and deleting a timer, and then with
 //! the same key and `expire_at_ms`.
 //!
 //! Two decisions that differ from a plain reading of the design:
 //! * Work is batched, decisions are not: a sync worker takes up to
-//!   [`sync::BATCH`] queued keys, a firing worker up to [`fire::BATCH`] due
+//!   `sync::BATCH` queued keys, a firing worker up to `fire::BATCH` due
 //!   timers, and each batch costs a few round trips (one pipelined
 //!   `PEXPIRETIME`, one pipeline of puts, one of deletes) instead of a few
 //!   per key. It is as safe as one key at a time because every key of the
@@ -47,7 +51,7 @@
 //!   re-made from Redis) or, for a lost connection, drops its reservations
 //!   so the timers come back: duplicates, never losses, as before. A batch
 //!   holds at most one timer per key (two timers of one key go in turn),
-//!   and a key queued twice is synced once (see [`sync`]). Sync workers and
+//!   and a key queued twice is synced once (see `sync`). Sync workers and
 //!   lock stripes use the same hash, so sync workers never wait for each
 //!   other; a firing worker waits at most one batch's round trips.
 //! * A key that disappears before its deadline (DEL, RENAME away, MOVE,
@@ -71,35 +75,34 @@
 //!
 //! Needs Redis ≥ 7.0 (`PEXPIRETIME`).
 
-pub mod body;
+mod body;
+mod clock;
 pub mod config;
-pub mod events;
-pub mod fire;
-pub mod index;
-pub mod reconcile;
-pub mod redis_side;
-pub mod registry;
+mod events;
+mod failure;
+mod fire;
+mod index;
+mod keys;
+mod reconcile;
+mod redis_side;
+mod registry;
 pub mod server_side;
-pub mod sync;
+mod sync;
+mod triggers;
+mod work;
 
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use clock::now_ms;
 use config::Config;
 use index::Index;
-use reconcile::Triggers;
 use redis_side::Redis;
 use registry::{Delivery, Registry};
 use server_side::{Connector, Flavour, Session};
-
-/// The current Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
+use triggers::Triggers;
 
 /// Runs the bridge until `shutdown` completes (or forever). Fails only if
 /// its index cannot be opened; lost connections are retried.

@@ -5,45 +5,15 @@
 //! also what catches what no event announces (a TTL cleared by a plain
 //! `SET`, `FLUSHDB`), and all the bridge has with `--no-pubsub`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-
 use super::redis_side::Redis;
-use super::registry::Hint;
-use super::sync::{Queue, Work};
+use super::sync::Queue;
+use super::triggers::Triggers;
+use super::work::{Hint, Work};
 
 /// How long the first pass waits for the event subscription.
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(5);
-
-/// Asks for an early reconciliation of one node, or of all.
-#[derive(Clone)]
-pub struct Triggers(Arc<Vec<Notify>>);
-
-impl Triggers {
-    pub fn new(nodes: usize) -> Triggers {
-        Triggers(Arc::new((0..nodes).map(|_| Notify::new()).collect()))
-    }
-
-    /// Node `node` lost events: reconcile it.
-    pub fn node(&self, node: u16) {
-        if let Some(n) = self.0.get(usize::from(node)) {
-            n.notify_one();
-        }
-    }
-
-    /// The job server was lost: reconcile every node, verifying timers.
-    pub fn all(&self) {
-        self.0.iter().for_each(Notify::notify_one);
-    }
-
-    async fn wait(&self, node: u16) {
-        if let Some(n) = self.0.get(usize::from(node)) {
-            n.notified().await;
-        }
-    }
-}
 
 /// Reconciles node `node` forever; with `after_subscribing`, starts once
 /// the event subscription is up.
@@ -87,11 +57,7 @@ async fn scan(node: u16, redis: &mut Redis, pattern: &str, verify: bool, queue: 
             Ok((next, keys)) => {
                 for key in keys {
                     queued += 1;
-                    let hint = Hint {
-                        expired: false,
-                        verify,
-                        changed: true,
-                    };
+                    let hint = Hint::scanned(verify);
                     queue.push(Work { node, key, hint }).await;
                 }
                 if next == 0 {

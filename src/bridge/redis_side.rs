@@ -67,14 +67,6 @@ impl Redis {
         })
     }
 
-    pub async fn expiry(&mut self, key: &[u8]) -> RedisResult<Expiry> {
-        let ms: i64 = redis::cmd("PEXPIRETIME")
-            .arg(key)
-            .query_async(&mut self.conn)
-            .await?;
-        Ok(Expiry::from_reply(ms))
-    }
-
     /// `PEXPIRETIME` of every key in `keys`, in one pipeline (one round
     /// trip); the answers are in the same order.
     pub async fn expiries(&mut self, keys: &[&[u8]]) -> RedisResult<Vec<Expiry>> {

@@ -27,18 +27,19 @@
 //! a key refreshed just before a bridge crash that expired while the
 //! bridge was down: SCAN cannot list it any more.)
 
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use sprout_protocol::{Command, JobId, Response};
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
+use super::clock::now_ms;
+use super::failure::{Failure, Result};
 use super::index::{Entry, Index, CANCELLED};
-use super::now_ms;
+use super::keys::key_hash;
 use super::redis_side::{Expiry, Redis};
 use super::server_side::{Flavour, Session};
-use super::sync::Work;
+use super::work::Work;
 use crate::client;
 
 /// How long a firing worker may hold a timer before the server hands it to
@@ -58,61 +59,9 @@ const FIRE_AFTER_MS: i64 = 1;
 /// A key gone this close to its deadline counts as expired, not deleted
 /// (Redis's clock may run slightly ahead of ours).
 const EXPIRY_SLACK_MS: i64 = 50;
+/// A multiple of [`crate::bridge::sync::WORKERS`], so sync workers never
+/// share a stripe.
 const LOCK_STRIPES: usize = 1024;
-
-/// Why a decision could not be completed; the caller retries.
-#[derive(Debug)]
-pub enum Failure {
-    Server(client::Error),
-    Redis(redis::RedisError),
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Server(e) => write!(f, "job server: {e}"),
-            Failure::Redis(e) => write!(f, "redis: {e}"),
-        }
-    }
-}
-
-impl From<client::Error> for Failure {
-    fn from(e: client::Error) -> Failure {
-        Failure::Server(e)
-    }
-}
-
-impl From<redis::RedisError> for Failure {
-    fn from(e: redis::RedisError) -> Failure {
-        Failure::Redis(e)
-    }
-}
-
-type Result<T> = std::result::Result<T, Failure>;
-
-/// What the sync of a key is told about why it runs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Hint {
-    /// Redis announced the key `expired`: leave its timer to fire.
-    pub expired: bool,
-    /// Check that the indexed timer really exists (after a start or a lost
-    /// server connection: a server without `-b` forgets its jobs).
-    pub verify: bool,
-    /// Something besides `expired` asked (another event, or SCAN): Redis
-    /// must be read even if the key's expiry was already delivered.
-    pub changed: bool,
-}
-
-impl Hint {
-    /// Only Redis's `expired` event asked, and the key's expiry was
-    /// delivered: the event is the echo of that delivery (the bridge's own
-    /// check at the deadline made Redis delete the key), so there is
-    /// nothing to read. A key written again after it expired has events of
-    /// its own, queued behind this one, which do read Redis.
-    fn is_echo(self, current: impl FnOnce() -> Option<Entry>) -> bool {
-        self.expired && !self.changed && !self.verify && current().is_some_and(Entry::is_delivered)
-    }
-}
 
 /// A timer to put: node, key, expiry, and the entry it replaces.
 type Arm<'a> = (u16, &'a [u8], i64, Option<Entry>);
@@ -471,25 +420,7 @@ impl Registry {
     }
 }
 
-/// The lock stripe of a key. [`crate::bridge::sync`] spreads keys over its
-/// workers with the same hash, and the stripe count is a multiple of the
-/// worker count, so sync workers never wait for each other's locks.
-pub fn key_hash(node: u16, key: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (node, key).hash(&mut h);
-    h.finish()
-}
-
-/// For each `(node, key)` in order, the position of its first occurrence
-/// (its own position if it is the first): how batches find repeated keys
-/// without copying them.
-pub fn first_occurrences<'a>(keys: impl Iterator<Item = (u16, &'a [u8])>) -> Vec<usize> {
-    let mut seen = std::collections::HashMap::new();
-    keys.enumerate()
-        .map(|(i, key)| *seen.entry(key).or_insert(i))
-        .collect()
-}
-
+/// The lock stripe of a key (see [`crate::bridge::keys`]).
 fn stripe(node: u16, key: &[u8]) -> usize {
     key_hash(node, key) as usize % LOCK_STRIPES
 }

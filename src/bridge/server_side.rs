@@ -14,7 +14,7 @@ use std::time::Duration;
 use sprout_protocol::Response;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::reconcile::Triggers;
+use super::triggers::Triggers;
 use crate::client::{self, Client};
 use crate::server::LocalConnector;
 

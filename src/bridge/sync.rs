@@ -12,12 +12,14 @@
 //! fire, check one more, or read Redis where an `expired` alone would not.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::registry::{first_occurrences, Failure, Hint, Registry};
+use super::failure::recover;
+use super::keys::{first_occurrences, key_hash};
+use super::registry::Registry;
 use super::server_side::Session;
+use super::work::Work;
 
 /// Workers that sync keys in parallel (a divisor of the registry's lock
 /// stripes, so workers never share a stripe).
@@ -26,16 +28,6 @@ pub const WORKERS: usize = 8;
 pub const BATCH: usize = 512;
 /// Keys queued per worker before events and SCAN wait.
 const QUEUE: usize = 4096;
-/// Pause before retrying after Redis or the index failed.
-pub const RETRY_PAUSE: Duration = Duration::from_millis(200);
-
-/// One key to sync.
-pub struct Work {
-    pub node: u16,
-    pub key: Vec<u8>,
-    pub hint: Hint,
-}
-
 /// Where events and SCAN send keys.
 #[derive(Clone)]
 pub struct Queue(Arc<Vec<mpsc::Sender<Work>>>);
@@ -55,7 +47,7 @@ impl Queue {
 
     /// Queues a key; waits while its worker is full.
     pub async fn push(&self, work: Work) {
-        let h = super::registry::key_hash(work.node, &work.key);
+        let h = key_hash(work.node, &work.key);
         let tx = &self.0[h as usize % self.0.len()];
         // The workers run as long as the bridge: a send cannot fail.
         let _ = tx.send(work).await;
@@ -78,10 +70,7 @@ fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
     let first = first_occurrences(batch.iter().map(|w| (w.node, w.key.as_slice())));
     for (i, &f) in first.iter().enumerate() {
         if f != i {
-            let hint = batch[i].hint;
-            batch[f].hint.expired |= hint.expired;
-            batch[f].hint.verify |= hint.verify;
-            batch[f].hint.changed |= hint.changed;
+            batch[f].hint = batch[f].hint.merge(batch[i].hint);
         }
     }
     batch
@@ -92,22 +81,10 @@ fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
         .collect()
 }
 
-/// Logs a failed decision and gets ready to retry it: a lost server
-/// connection is dropped (the next use reconnects with backoff); anything
-/// else waits a little.
-pub async fn recover(session: &mut Session, failure: Failure) {
-    match failure {
-        Failure::Server(e) if session.failed(&e) => {}
-        other => {
-            tracing::warn!(error = %other, "retrying");
-            tokio::time::sleep(RETRY_PAUSE).await;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bridge::work::Hint;
 
     /// A key's work as an event (`verify` false) or SCAN (true) queues it.
     fn work(node: u16, key: &str, expired: bool, verify: bool) -> Work {

@@ -18,8 +18,10 @@
 //!   `--state-dir`: key → (expiry, current timer id)).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
 //!   their quirks; `failure` (why a step failed, and the retry).
-//! * Workers: `registry` (the per-key decisions, sync a TTL and fire a
-//!   timer, taken under a per-key lock from what Redis says at that moment); `sync` (the queue of
+//! * Decisions: `decide`, pure functions from (index entry, Redis's
+//!   answer, hint, now) to a plan, table-tested.
+//! * Workers: `registry` carries the plans out under per-key locks, in
+//!   pipelines and in the order that makes them safe; `sync` (the queue of
 //!   keys and its workers), `fire` (workers reserving due timers from
 //!   `bridge-timers.TUBE`), `events` (keyspace events per node, each queued
 //!   as a key to sync), `reconcile` (`SCAN MATCH` at start, periodically
@@ -78,6 +80,7 @@
 mod body;
 mod clock;
 pub mod config;
+mod decide;
 mod events;
 mod failure;
 mod fire;

@@ -1,5 +1,6 @@
-//! One pending timer per key: the two decisions the bridge makes, each
-//! taken under the key's lock, from what Redis says *now*.
+//! One pending timer per key: the bridge's two decisions (made by the pure
+//! functions of [`crate::bridge::decide`]) carried out, each under the
+//! key's lock, from what Redis says *now*.
 //!
 //! * [`Registry::sync`] (after any event on a key, or when SCAN lists it):
 //!   a TTL that differs from the index's puts a new timer, then records it,
@@ -34,6 +35,7 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
 use super::clock::now_ms;
+use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Entry, Index, CANCELLED};
 use super::keys::key_hash;
@@ -47,18 +49,6 @@ use crate::client;
 const TIMER_TTR: Duration = Duration::from_secs(300);
 /// Timers are the most urgent jobs of their tube, so due ones go in order.
 const TIMER_PRI: u32 = 0;
-/// When Redis still has a key at its deadline, look again this many ms
-/// later (rounded up to a second for a classic beanstalkd).
-const RECHECK_MS: i64 = 2;
-/// Timers are armed this long after the deadline: Redis counts a key as
-/// expired only once its clock is past the deadline's millisecond, so a
-/// timer firing within that millisecond found the key still there and
-/// looked again [`RECHECK_MS`] later (measured: a fifth of all keys at 2k
-/// expiries a second, a tenth at 10k).
-const FIRE_AFTER_MS: i64 = 1;
-/// A key gone this close to its deadline counts as expired, not deleted
-/// (Redis's clock may run slightly ahead of ours).
-const EXPIRY_SLACK_MS: i64 = 50;
 /// A multiple of [`crate::bridge::sync::WORKERS`], so sync workers never
 /// share a stripe.
 const LOCK_STRIPES: usize = 1024;
@@ -156,7 +146,7 @@ impl Registry {
         // that comes from an event queued behind this one.
         let batch: Vec<&Work> = batch
             .iter()
-            .filter(|w| !w.hint.is_echo(|| self.index.get(w.node, &w.key)))
+            .filter(|w| !decide::echo(w.hint, || self.index.get(w.node, &w.key)))
             .collect();
         if batch.is_empty() {
             return Ok(());
@@ -164,30 +154,20 @@ impl Registry {
         let keys: Vec<(u16, &[u8])> = batch.iter().map(|w| (w.node, w.key.as_slice())).collect();
         let _guards = self.lock_all(&keys).await;
         let expiries = self.expiries(&keys).await?;
+        let now = now_ms();
         let mut arms = Vec::new();
         for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
-            let current = self.index.get(node, key);
-            match (expiry, current) {
-                (Expiry::Gone, Some(cur)) if cur.is_delivered() => {}
-                (Expiry::Persistent, Some(cur)) if cur.is_delivered() => {
-                    self.index.remove(node, key)
-                }
-                (Expiry::Gone, None) if w.hint.expired => arms.push((node, key, now_ms(), None)),
-                (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
-                    // Only when asked to verify: the timer may be gone.
-                    let lost = w.hint.verify && !self.timer_exists(session, node, key, cur).await?;
-                    if lost {
+            match decide::sync(w.hint, self.index.get(node, key), expiry, now) {
+                Sync::Keep => {}
+                Sync::Unmark => self.index.remove(node, key),
+                Sync::Arm { at, old } => arms.push((node, key, at, old)),
+                Sync::Verify { at, cur } => {
+                    if !self.timer_exists(session, node, key, cur).await? {
                         tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
                         arms.push((node, key, at, None));
                     }
                 }
-                (Expiry::At(at), _) => arms.push((node, key, at, current)),
-                (Expiry::Gone, Some(cur))
-                    if w.hint.expired || cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms() => {}
-                (Expiry::Gone | Expiry::Persistent, Some(cur)) if cur.expire_at_ms != CANCELLED => {
-                    self.cancel(session, node, key, cur).await?
-                }
-                _ => {}
+                Sync::Cancel(cur) => self.cancel(session, node, key, cur).await?,
             }
         }
         self.arm(session, &arms).await
@@ -215,24 +195,19 @@ impl Registry {
         let mut delivered: Vec<(u16, &[u8])> = Vec::new();
         let mut ask: Vec<(&Due, Option<Entry>)> = Vec::new();
         for (due, &(node, key)) in dues.iter().zip(&keys) {
-            let (id, timer) = (due.id, &due.timer);
-            match self.index.get(node, key) {
-                Some(cur) if cur.timer > id => deletes.push(id),
-                Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => {
+            let (id, at) = (due.id, due.timer.expire_at_ms);
+            match decide::claim(self.index.get(node, key), id, at) {
+                Claim::Superseded => deletes.push(id),
+                Claim::Tombstone => {
                     deletes.push(id);
                     unindex.push((node, key));
                 }
-                Some(cur) if cur.timer < id => {
-                    // Newer than the index: a crash lost the index's last write.
-                    let adopted = Entry {
-                        expire_at_ms: timer.expire_at_ms,
-                        timer: id,
-                    };
+                Claim::Adopt { adopted, drop } => {
                     self.index.set(node, key, adopted);
-                    deletes.push(cur.timer);
+                    deletes.push(drop);
                     ask.push((due, Some(adopted)));
                 }
-                current => ask.push((due, current)),
+                Claim::Ask(current) => ask.push((due, current)),
             }
         }
         // Step 2: Redis, now.
@@ -259,11 +234,11 @@ impl Registry {
         let mut deliveries = Vec::new();
         let mut releases = Vec::new();
         let mut rearms = Vec::new();
-        for ((due, current), expiry) in ask.iter().zip(expiries) {
+        for (&(due, current), expiry) in ask.iter().zip(expiries) {
             let (id, timer) = (due.id, &due.timer);
             let key = (timer.node, timer.key.as_slice());
-            match expiry {
-                Expiry::Gone => {
+            match decide::fire(current, expiry, timer.expire_at_ms, now) {
+                Fire::Deliver => {
                     deliveries.push(Command::Put {
                         pri: d.pri,
                         delay: Duration::ZERO,
@@ -273,22 +248,19 @@ impl Registry {
                     deletes.push(id);
                     delivered.push(key);
                 }
-                Expiry::Persistent => {
+                Fire::Drop { unindex: known } => {
                     deletes.push(id);
-                    if current.is_some() {
+                    if known {
                         unindex.push(key);
                     }
                 }
-                Expiry::At(at) if at == timer.expire_at_ms => {
-                    let delay = self.flavour.delay(at.max(now + RECHECK_MS), now);
-                    releases.push(Command::Release {
-                        id,
-                        pri: TIMER_PRI,
-                        delay,
-                    });
-                }
-                Expiry::At(at) => {
-                    rearms.push((key.0, key.1, at, *current));
+                Fire::Release { until_ms } => releases.push(Command::Release {
+                    id,
+                    pri: TIMER_PRI,
+                    delay: self.flavour.delay(until_ms, now),
+                }),
+                Fire::Rearm { at } => {
+                    rearms.push((key.0, key.1, at, current));
                     deletes.push(id);
                 }
             }
@@ -346,7 +318,7 @@ impl Registry {
             // when it computes the ready time, so never early.
             puts.push(Command::Put {
                 pri: TIMER_PRI,
-                delay: self.flavour.delay(at + FIRE_AFTER_MS, now),
+                delay: self.flavour.delay(decide::due_at(at), now),
                 ttr: TIMER_TTR,
                 body: timer.encode().into(),
             });
@@ -416,7 +388,7 @@ impl Registry {
         let job = session.conn().await.peek(&Command::Peek(cur.timer)).await?;
         Ok(job
             .and_then(|job| Timer::decode(&job.body))
-            .is_some_and(|t| t.node == node && t.key == key && t.expire_at_ms == cur.expire_at_ms))
+            .is_some_and(|t| decide::is_timer_of(&t, node, key, cur)))
     }
 }
 

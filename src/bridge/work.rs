@@ -1,8 +1,6 @@
 //! One key to sync, and why: what events and SCAN hand the sync queue,
 //! and what [`crate::bridge::registry`] decides from.
 
-use super::index::Entry;
-
 /// What the sync of a key is told about why it runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Hint {
@@ -34,15 +32,6 @@ impl Hint {
             verify,
             changed: true,
         }
-    }
-
-    /// Only Redis's `expired` event asked, and the key's expiry was
-    /// delivered: the event is the echo of that delivery (the bridge's own
-    /// check at the deadline made Redis delete the key), so there is
-    /// nothing to read. A key written again after it expired has events of
-    /// its own, queued behind this one, which do read Redis.
-    pub fn is_echo(self, current: impl FnOnce() -> Option<Entry>) -> bool {
-        self.expired && !self.changed && !self.verify && current().is_some_and(Entry::is_delivered)
     }
 
     /// Both hints at once: what a key queued twice is synced with.

@@ -1,0 +1,169 @@
+//! The bridge's decisions, as pure functions of what the index holds for a
+//! key, what Redis answered, why the key is looked at, and the time: no
+//! locks, no I/O, no clock. [`crate::bridge::registry`] takes the locks,
+//! asks Redis, calls these, and carries the plans out in its pipelines, in
+//! the order that makes them safe. Each function's arms are in the order
+//! they are tried; `tests` has one row per arm.
+//!
+//! * [`sync`]: after an event on a key, or when SCAN lists it.
+//! * [`claim`] then [`fire`]: a timer came due; first from the index
+//!   alone (is it still the key's timer?), then from Redis's answer.
+//! * [`echo`]: an `expired` event that needs no Redis read at all.
+//! * [`is_timer_of`]: whether a timer job is the one the index names.
+
+use super::body::Timer;
+use super::index::{Entry, CANCELLED};
+use super::redis_side::Expiry;
+use super::work::Hint;
+
+/// A key gone this close to its deadline counts as expired, not deleted
+/// (Redis's clock may run slightly ahead of ours).
+pub const EXPIRY_SLACK_MS: i64 = 50;
+/// When Redis still has a key at its deadline, look again this many ms
+/// later (rounded up to a second for a classic beanstalkd).
+pub const RECHECK_MS: i64 = 2;
+/// Timers are armed this long after the deadline: Redis counts a key as
+/// expired only once its clock is past the deadline's millisecond, so a
+/// timer firing within that millisecond found the key still there and
+/// looked again [`RECHECK_MS`] later (measured: a fifth of all keys at 2k
+/// expiries a second, a tenth at 10k).
+pub const FIRE_AFTER_MS: i64 = 1;
+
+/// What a sync does to one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sync {
+    /// Nothing to change.
+    Keep,
+    /// The key lives on without a TTL after its expiry was delivered:
+    /// forget the delivered mark.
+    Unmark,
+    /// Put a timer for `at`, record it, then delete `old`'s timer.
+    Arm { at: i64, old: Option<Entry> },
+    /// The index is right about the expiry; check that the server still
+    /// holds `cur`'s timer, and if not, arm one for `at`.
+    Verify { at: i64, cur: Entry },
+    /// Delete `cur`'s timer: no TTL any more, or gone before its deadline.
+    Cancel(Entry),
+}
+
+/// Brings a key's timer in line with `expiry`, what Redis says now (read
+/// under the key's lock, before `now_ms`).
+pub fn sync(hint: Hint, current: Option<Entry>, expiry: Expiry, now_ms: i64) -> Sync {
+    match (expiry, current) {
+        (Expiry::Gone, Some(cur)) if cur.is_delivered() => Sync::Keep,
+        (Expiry::Persistent, Some(cur)) if cur.is_delivered() => Sync::Unmark,
+        // Redis said `expired` for a key without a timer (its events came
+        // after it expired): deliver it now rather than lose it.
+        (Expiry::Gone, None) if hint.expired => Sync::Arm {
+            at: now_ms,
+            old: None,
+        },
+        (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
+            if hint.verify {
+                Sync::Verify { at, cur }
+            } else {
+                Sync::Keep
+            }
+        }
+        (Expiry::At(at), old) => Sync::Arm { at, old },
+        // Gone at or after its deadline: expired, left to its timer.
+        (Expiry::Gone, Some(cur))
+            if hint.expired || cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms =>
+        {
+            Sync::Keep
+        }
+        (Expiry::Gone | Expiry::Persistent, Some(cur)) if cur.expire_at_ms != CANCELLED => {
+            Sync::Cancel(cur)
+        }
+        _ => Sync::Keep,
+    }
+}
+
+/// Only Redis's `expired` event asked, and the key's expiry was
+/// delivered: the event is the echo of that delivery (the bridge's own
+/// check at the deadline made Redis delete the key), so there is nothing
+/// to read. A key written again after it expired has events of its own,
+/// queued behind this one, which do read Redis. `current` is only looked
+/// up when the hint leaves the question open.
+pub fn echo(hint: Hint, current: impl FnOnce() -> Option<Entry>) -> bool {
+    hint.expired && !hint.changed && !hint.verify && current().is_some_and(Entry::is_delivered)
+}
+
+/// What the index says about a due timer, before Redis is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// A newer timer replaced it: delete it, unfired.
+    Superseded,
+    /// Its key was cancelled while a firing worker held it: delete it and
+    /// forget the key.
+    Tombstone,
+    /// Newer than the timer the index names (a crash lost the index's last
+    /// write): record it as the key's, delete `drop`, then ask Redis.
+    Adopt { adopted: Entry, drop: u64 },
+    /// Ask Redis, with the key's current entry.
+    Ask(Option<Entry>),
+}
+
+/// Decides what a due timer `id` (for an expiry at `expire_at_ms`) is,
+/// from the key's entry. Job ids only grow, and a new timer is put before
+/// it is recorded, so an id below the index's is superseded and one above
+/// it was put just before a crash.
+pub fn claim(current: Option<Entry>, id: u64, expire_at_ms: i64) -> Claim {
+    match current {
+        Some(cur) if cur.timer > id => Claim::Superseded,
+        Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => Claim::Tombstone,
+        Some(cur) if cur.timer < id => Claim::Adopt {
+            adopted: Entry {
+                expire_at_ms,
+                timer: id,
+            },
+            drop: cur.timer,
+        },
+        current => Claim::Ask(current),
+    }
+}
+
+/// What firing does with a due timer Redis was asked about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fire {
+    /// The key is gone: put the delivery, then delete the timer, then mark
+    /// the key delivered.
+    Deliver,
+    /// The key lives on without a TTL: delete the timer, and forget the
+    /// key if it is indexed.
+    Drop { unindex: bool },
+    /// Still there at its deadline (Redis's clock behind ours): release the
+    /// timer to come back at `until_ms`, never fire early.
+    Release { until_ms: i64 },
+    /// The expiry moved to `at`: arm a timer for it (replacing the key's
+    /// current entry), delete this one.
+    Rearm { at: i64 },
+}
+
+/// Decides a due timer for an expiry at `expire_at_ms` from `expiry`,
+/// what Redis says now, and the key's entry after [`claim`].
+pub fn fire(current: Option<Entry>, expiry: Expiry, expire_at_ms: i64, now_ms: i64) -> Fire {
+    match expiry {
+        Expiry::Gone => Fire::Deliver,
+        Expiry::Persistent => Fire::Drop {
+            unindex: current.is_some(),
+        },
+        Expiry::At(at) if at == expire_at_ms => Fire::Release {
+            until_ms: at.max(now_ms + RECHECK_MS),
+        },
+        Expiry::At(at) => Fire::Rearm { at },
+    }
+}
+
+/// When a timer for an expiry at `at` is due.
+pub fn due_at(at: i64) -> i64 {
+    at + FIRE_AFTER_MS
+}
+
+/// Is `timer` the timer `cur` names for `key` on `node`?
+pub fn is_timer_of(timer: &Timer, node: u16, key: &[u8], cur: Entry) -> bool {
+    timer.node == node && timer.key == key && timer.expire_at_ms == cur.expire_at_ms
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+//! Every arm of the bridge's decisions, as tables with explicit times:
+//! each row is one case (what the index holds, what Redis answered, why
+//! the key is looked at, the time) and the one plan it must give.
+
+use super::*;
+
+/// The time of every row: a key's deadline is given relative to it.
+const NOW: i64 = 1_700_000_000_000;
+
+fn entry(expire_at_ms: i64, timer: u64) -> Entry {
+    Entry {
+        expire_at_ms,
+        timer,
+    }
+}
+
+const EVENT: Hint = Hint {
+    expired: false,
+    verify: false,
+    changed: true,
+};
+const EXPIRED: Hint = Hint {
+    expired: true,
+    verify: false,
+    changed: false,
+};
+const VERIFY: Hint = Hint {
+    expired: false,
+    verify: true,
+    changed: true,
+};
+
+#[test]
+fn sync_has_one_plan_per_case() {
+    let mark = Entry::delivered(NOW - 1_000);
+    let pending = entry(NOW + 5_000, 7);
+    let tomb = entry(CANCELLED, 7);
+    let due_soon = entry(NOW + EXPIRY_SLACK_MS, 7);
+    let past_slack = entry(NOW + EXPIRY_SLACK_MS + 1, 7);
+    use Expiry::{At, Gone, Persistent};
+    /// (case, why, the key's entry, Redis's answer, plan)
+    type Row = (&'static str, Hint, Option<Entry>, Expiry, Sync);
+    #[rustfmt::skip]
+    let rows: &[Row] = &[
+        ("delivered, gone: the echo of the delivery", EVENT, Some(mark), Gone, Sync::Keep),
+        ("delivered, now without a TTL", EVENT, Some(mark), Persistent, Sync::Unmark),
+        ("delivered, written again with a TTL", EVENT, Some(mark), At(NOW + 9), Sync::Arm { at: NOW + 9, old: Some(mark) }),
+        ("expired before the bridge saw it", EXPIRED, None, Gone, Sync::Arm { at: NOW, old: None }),
+        ("gone, never seen, no expired event", EVENT, None, Gone, Sync::Keep),
+        ("same expiry", EVENT, Some(pending), At(NOW + 5_000), Sync::Keep),
+        ("same expiry, verify the timer", VERIFY, Some(pending), At(NOW + 5_000), Sync::Verify { at: NOW + 5_000, cur: pending }),
+        ("new key with a TTL", EVENT, None, At(NOW + 300), Sync::Arm { at: NOW + 300, old: None }),
+        ("TTL moved", EVENT, Some(pending), At(NOW + 8_000), Sync::Arm { at: NOW + 8_000, old: Some(pending) }),
+        ("TTL set again after a cancel in flight", EVENT, Some(tomb), At(NOW + 8_000), Sync::Arm { at: NOW + 8_000, old: Some(tomb) }),
+        ("gone with an expired event", EXPIRED, Some(pending), Gone, Sync::Keep),
+        ("gone within the slack of its deadline", EVENT, Some(due_soon), Gone, Sync::Keep),
+        ("gone after its deadline", EVENT, Some(entry(NOW - 10, 7)), Gone, Sync::Keep),
+        ("gone just before the slack: deleted", EVENT, Some(past_slack), Gone, Sync::Cancel(past_slack)),
+        ("gone well before its deadline: deleted", EVENT, Some(pending), Gone, Sync::Cancel(pending)),
+        ("TTL cleared (PERSIST, plain SET)", EVENT, Some(pending), Persistent, Sync::Cancel(pending)),
+        ("TTL cleared after its deadline too", EVENT, Some(entry(NOW - 10, 7)), Persistent, Sync::Cancel(entry(NOW - 10, 7))),
+        ("cancelled already, gone", EVENT, Some(tomb), Gone, Sync::Keep),
+        ("cancelled already, no TTL", EVENT, Some(tomb), Persistent, Sync::Keep),
+        ("no TTL, never seen", EVENT, None, Persistent, Sync::Keep),
+    ];
+    for &(case, hint, current, expiry, want) in rows {
+        assert_eq!(sync(hint, current, expiry, NOW), want, "{case}");
+    }
+}
+
+#[test]
+fn only_a_bare_expired_event_of_a_delivered_key_is_an_echo() {
+    let mark = Some(Entry::delivered(NOW));
+    let pending = Some(entry(NOW + 5, 7));
+    let merged = EXPIRED.merge(EVENT);
+    #[rustfmt::skip]
+    let rows: &[(&str, Hint, Option<Entry>, bool)] = &[
+        ("expired, delivered", EXPIRED, mark, true),
+        ("expired, pending", EXPIRED, pending, false),
+        ("expired, unknown", EXPIRED, None, false),
+        ("expired and another event", merged, mark, false),
+        ("expired and a verifying scan", EXPIRED.merge(VERIFY), mark, false),
+        ("another event", EVENT, mark, false),
+    ];
+    for &(case, hint, current, want) in rows {
+        assert_eq!(echo(hint, || current), want, "{case}");
+    }
+    // The index is not even read when the hint settles it.
+    assert!(!echo(EVENT, || panic!("looked up")));
+}
+
+#[test]
+fn claim_tells_current_timers_from_superseded_and_lost_writes() {
+    let at = NOW + 100;
+    #[rustfmt::skip]
+    let rows: &[(&str, Option<Entry>, u64, Claim)] = &[
+        ("a newer timer replaced it", Some(entry(at, 9)), 8, Claim::Superseded),
+        ("cancelled while reserved", Some(entry(CANCELLED, 8)), 8, Claim::Tombstone),
+        ("a tombstone of a newer timer", Some(entry(CANCELLED, 9)), 8, Claim::Superseded),
+        ("newer than the index", Some(entry(at - 50, 7)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 7 }),
+        ("newer than a delivered mark", Some(Entry::delivered(NOW)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 0 }),
+        ("the key's timer", Some(entry(at, 8)), 8, Claim::Ask(Some(entry(at, 8)))),
+        ("not indexed at all", None, 8, Claim::Ask(None)),
+    ];
+    for &(case, current, id, want) in rows {
+        assert_eq!(claim(current, id, at), want, "{case}");
+    }
+}
+
+#[test]
+fn fire_delivers_only_what_redis_no_longer_has() {
+    let at = NOW - 1;
+    let cur = Some(entry(at, 8));
+    use Expiry::{At, Gone, Persistent};
+    /// (case, the key's entry, Redis's answer, the timer's expiry, now, plan)
+    type Row = (&'static str, Option<Entry>, Expiry, i64, i64, Fire);
+    #[rustfmt::skip]
+    let rows: &[Row] = &[
+        ("gone", cur, Gone, at, NOW, Fire::Deliver),
+        ("gone, not indexed", None, Gone, at, NOW, Fire::Deliver),
+        ("TTL cleared", cur, Persistent, at, NOW, Fire::Drop { unindex: true }),
+        ("TTL cleared, not indexed", None, Persistent, at, NOW, Fire::Drop { unindex: false }),
+        ("still there at its deadline", cur, At(at), at, NOW, Fire::Release { until_ms: NOW + RECHECK_MS }),
+        ("still there, deadline ahead", cur, At(NOW + 10), NOW + 10, NOW, Fire::Release { until_ms: NOW + 10 }),
+        ("expiry moved", cur, At(NOW + 5_000), at, NOW, Fire::Rearm { at: NOW + 5_000 }),
+    ];
+    for &(case, current, expiry, expire_at_ms, now, want) in rows {
+        assert_eq!(fire(current, expiry, expire_at_ms, now), want, "{case}");
+    }
+}
+
+#[test]
+fn timers_fire_just_after_the_deadline_and_match_by_node_key_and_expiry() {
+    assert_eq!(due_at(NOW), NOW + FIRE_AFTER_MS);
+    let timer = Timer {
+        node: 1,
+        db: 0,
+        key: b"k".to_vec(),
+        expire_at_ms: NOW,
+        value: None,
+    };
+    assert!(is_timer_of(&timer, 1, b"k", entry(NOW, 3)));
+    assert!(!is_timer_of(&timer, 0, b"k", entry(NOW, 3)));
+    assert!(!is_timer_of(&timer, 1, b"j", entry(NOW, 3)));
+    assert!(!is_timer_of(&timer, 1, b"k", entry(NOW + 1, 3)));
+}

@@ -9,6 +9,7 @@ pub mod client;
 pub mod connection;
 pub mod engine;
 pub mod server;
+pub mod service;
 pub mod shared;
 pub mod store;
 pub mod timer;

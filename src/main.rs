@@ -1,16 +1,24 @@
 //! The `sprout` binary: serves the beanstalk protocol with beanstalkd's flags.
 
+use std::io::IsTerminal;
+use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 
-use clap::Parser;
 use sprout::bridge::{self, config::BridgeArgs};
-use sprout::cli::{Args, Mode};
+use sprout::cli::{self, Args, LogFormat, Mode};
 use sprout::server::{self, Listener, Server};
+use sprout::service;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    init_logging(args.verbose);
+    let args = cli::parse();
+    init_logging(args.verbose, args.log_format);
+    // Before any other thread exists: reads LISTEN_FDS and marks the
+    // descriptors close-on-exec.
+    let inherited = match service::inherited_sockets() {
+        Ok(sockets) => sockets,
+        Err(e) => return fail("socket activation", e),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -20,7 +28,7 @@ fn main() -> ExitCode {
     };
     match args.command {
         Some(Mode::Bridge(ref bridge)) => runtime.block_on(run_bridge(bridge)),
-        None => runtime.block_on(serve(args)),
+        None => runtime.block_on(serve(args, inherited)),
     }
 }
 
@@ -41,21 +49,16 @@ async fn run_bridge(args: &BridgeArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: Args) -> ExitCode {
+async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     if args.max_job_size > sprout_protocol::MAX_JOB_SIZE_LIMIT as u64 {
         tracing::warn!(
             "maximum job size was set to {}",
             sprout_protocol::MAX_JOB_SIZE_LIMIT
         );
     }
-    let listener = match Listener::bind(&args.listen, args.port).await {
-        Ok(l) => l,
-        Err(e) => {
-            return fail(
-                &format!("cannot listen on {} port {}", args.listen, args.port),
-                e,
-            )
-        }
+    let listeners = match listen(&args, inherited).await {
+        Ok(listeners) => listeners,
+        Err((what, e)) => return fail(&what, e),
     };
     if let Some(user) = &args.user {
         if let Err(e) = sprout::user::become_user(user) {
@@ -66,18 +69,18 @@ async fn serve(args: Args) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail("cannot handle signals", e),
     };
-    tracing::info!(
-        pid = std::process::id(),
-        "listening on {} port {}",
-        args.listen,
-        args.port
-    );
+    for listener in &listeners {
+        tracing::info!(pid = std::process::id(), "listening on {listener}");
+    }
     let embedded = bridge::config::Config::from_embedded(&args.bridge, args.binlog_dir.as_deref());
     let embedded = match embedded.transpose() {
         Ok(config) => config,
         Err(e) => return fail("--redis-bridge", std::io::Error::other(e)),
     };
-    let server = match Server::open(listener, &args) {
+    if let Some(dir) = &args.binlog_dir {
+        service::status(&format!("recovering jobs from {}", dir.display()));
+    }
+    let server = match Server::open(listeners, &args) {
         Ok(server) => server,
         Err(e) => return fail("cannot start", e),
     };
@@ -95,17 +98,52 @@ async fn serve(args: Args) -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+/// The sockets to serve: those systemd passed (socket activation, which
+/// replaces `-l`/`-p`, as in beanstalkd), else one per `-l`.
+async fn listen(
+    args: &Args,
+    inherited: Vec<(OwnedFd, String)>,
+) -> Result<Vec<Listener>, (String, std::io::Error)> {
+    if !inherited.is_empty() {
+        tracing::info!(
+            sockets = inherited.len(),
+            "serving the sockets systemd passed; -l and -p are not used"
+        );
+        return inherited
+            .into_iter()
+            .map(|(fd, name)| {
+                Listener::inherit(fd).map_err(|e| (format!("socket {name} from systemd"), e))
+            })
+            .collect();
+    }
+    let mut listeners = Vec::with_capacity(args.listen.len());
+    for addr in &args.listen {
+        match Listener::bind(addr, args.port).await {
+            Ok(l) => listeners.push(l),
+            Err(e) => return Err((format!("cannot listen on {addr} port {}", args.port), e)),
+        }
+    }
+    Ok(listeners)
+}
+
+fn init_logging(verbose: u8, format: LogFormat) {
     let level = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    tracing_subscriber::fmt()
+    let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logger.json().init(),
+        // The journal stamps each line itself; colours only on a terminal.
+        LogFormat::Text if service::stderr_is_journal() => {
+            logger.without_time().with_ansi(false).init()
+        }
+        LogFormat::Text => logger.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 fn fail(what: &str, error: std::io::Error) -> ExitCode {

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,19 +19,22 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use crate::cli::Args;
 use crate::connection;
 use crate::engine::{BinlogStats, Clock, Config, Engine};
+use crate::service;
 use crate::shared::Shared;
 use crate::store::sled::{self, SledStore};
 use crate::store::{Memory, Store};
 use crate::timer;
 
-/// Where the server listens.
+/// One socket the server accepts connections on.
 pub enum Listener {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    /// A unix socket, with the path to remove on exit when sprout made it
+    /// (a socket systemd passed stays: systemd owns it).
+    Unix(UnixListener, Option<PathBuf>),
 }
 
 impl Listener {
-    /// Binds what `-l`/`-p` name.
+    /// Binds what one `-l` (with `-p`) names.
     pub async fn bind(listen: &str, port: u16) -> io::Result<Listener> {
         match listen.strip_prefix("unix:") {
             Some(path) => Listener::bind_unix(Path::new(path)),
@@ -51,7 +55,41 @@ impl Listener {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        Ok(Listener::Unix(UnixListener::bind(path)?, path.to_owned()))
+        Ok(Listener::Unix(
+            UnixListener::bind(path)?,
+            Some(path.to_owned()),
+        ))
+    }
+
+    /// Takes over a listening socket systemd passed (socket activation):
+    /// TCP or unix, refused if it is not a listening stream socket.
+    pub fn inherit(fd: OwnedFd) -> io::Result<Listener> {
+        let raw = fd.as_raw_fd();
+        let not_ours = |what: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {raw} from systemd is {what}, not a listening stream socket"),
+            )
+        };
+        if sockopt(&fd, libc::SO_TYPE)? != libc::SOCK_STREAM {
+            return Err(not_ours("not a stream socket"));
+        }
+        if sockopt(&fd, libc::SO_ACCEPTCONN)? == 0 {
+            return Err(not_ours("not listening"));
+        }
+        match socket_family(&fd)? {
+            libc::AF_INET | libc::AF_INET6 => {
+                let l = std::net::TcpListener::from(fd);
+                l.set_nonblocking(true)?;
+                Ok(Listener::Tcp(TcpListener::from_std(l)?))
+            }
+            libc::AF_UNIX => {
+                let l = std::os::unix::net::UnixListener::from(fd);
+                l.set_nonblocking(true)?;
+                Ok(Listener::Unix(UnixListener::from_std(l)?, None))
+            }
+            _ => Err(not_ours("of another family")),
+        }
     }
 
     /// The bound TCP address (None for a unix socket).
@@ -63,9 +101,64 @@ impl Listener {
     }
 }
 
+impl std::fmt::Display for Listener {
+    /// `127.0.0.1:11300` or `unix:/run/sprout/sprout.sock`, as `-l` reads it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(addr) => write!(f, "{addr}"),
+                Err(_) => f.write_str("tcp:?"),
+            },
+            Listener::Unix(l, _) => {
+                match l.local_addr().ok().as_ref().and_then(|a| a.as_pathname()) {
+                    Some(path) => write!(f, "unix:{}", path.display()),
+                    None => f.write_str("unix:?"),
+                }
+            }
+        }
+    }
+}
+
+fn sockopt(fd: &OwnedFd, option: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+fn socket_family(fd: &OwnedFd) -> io::Result<libc::c_int> {
+    // SAFETY: an all-zero sockaddr_storage is valid; getsockname fills at
+    // most `len` bytes of it.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    let r = unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(addr.ss_family as libc::c_int)
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
+        if let Listener::Unix(_, Some(path)) = self {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -73,15 +166,15 @@ impl Drop for Listener {
 
 /// A bound server, ready to run.
 pub struct Server {
-    listener: Listener,
+    listeners: Vec<Listener>,
     shared: Arc<Shared>,
     max_job_size: u32,
 }
 
 impl Server {
-    /// Builds the server `args` describe on `listener`: with `-b`, opens
+    /// Builds the server `args` describe on `listeners`: with `-b`, opens
     /// the store and restores every job it holds.
-    pub fn open(listener: Listener, args: &Args) -> io::Result<Server> {
+    pub fn open(listeners: Vec<Listener>, args: &Args) -> io::Result<Server> {
         let clock = Clock::new();
         let binlog = Arc::new(BinlogStats::default());
         let config = Config {
@@ -119,7 +212,7 @@ impl Server {
             }
         };
         Ok(Server {
-            listener,
+            listeners,
             shared: Arc::new(Shared::new(engine, clock, store)),
             max_job_size: args.effective_max_job_size(),
         })
@@ -132,10 +225,12 @@ impl Server {
         let usr1 = signal(SignalKind::user_defined1())?;
         let timer = timer::spawn(self.shared.clone())?;
         let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
+        service::ready(&self.describe());
         tokio::select! {
             result = self.accept_loop() => result?,
             _ = shutdown => {}
         }
+        service::stopping();
         self.shared.alarm.stop();
         drain.abort();
         // Whatever was acknowledged reaches the disk before we exit.
@@ -148,9 +243,21 @@ impl Server {
         Ok(())
     }
 
+    /// "serving on ADDR, ADDR": the service status line.
+    fn describe(&self) -> String {
+        let on: Vec<String> = self.listeners.iter().map(|l| l.to_string()).collect();
+        format!("serving on {}", on.join(", "))
+    }
+
     async fn accept_loop(&self) -> io::Result<()> {
+        let loops = self.listeners.iter().map(|l| self.accept_on(l));
+        futures_util::future::try_join_all(loops).await?;
+        Ok(())
+    }
+
+    async fn accept_on(&self, listener: &Listener) -> io::Result<()> {
         loop {
-            let accepted = match &self.listener {
+            let accepted = match listener {
                 Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
                     // Answers are written whole; don't let Nagle hold them.
                     let _ = stream.set_nodelay(true);

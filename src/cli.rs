@@ -29,6 +29,7 @@ use clap::{
 use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 
 use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
+use crate::http::HttpArgs;
 use crate::store::Policy;
 
 /// beanstalkd's default binlog file size (`-s`), reported by `stats`.
@@ -126,6 +127,13 @@ pub struct Args {
     /// The Redis TTL bridge run inside the server (`--redis-bridge …`).
     #[command(flatten, next_help_heading = "Embedded Redis TTL bridge")]
     pub bridge: EmbeddedArgs,
+
+    /// The HTTP side port (`--http …`).
+    #[command(
+        flatten,
+        next_help_heading = "HTTP: metrics, health, admin API, dashboard"
+    )]
+    pub http: HttpArgs,
 
     /// Without a subcommand, sprout serves.
     #[command(subcommand)]

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod client;
 pub mod connection;
 pub mod engine;
+pub mod http;
 pub mod server;
 pub mod service;
 pub mod shared;

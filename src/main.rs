@@ -60,6 +60,21 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         Ok(listeners) => listeners,
         Err((what, e)) => return fail(&what, e),
     };
+    let http = match sprout::http::Options::from_args(&args.http) {
+        Ok(None) => None,
+        Ok(Some(options)) => {
+            match sprout::http::Port::bind(&options, args.effective_max_job_size()).await {
+                Ok(port) => Some(port),
+                Err(e) => {
+                    return fail(
+                        &format!("cannot listen on --http {}:{}", options.host, options.port),
+                        e,
+                    )
+                }
+            }
+        }
+        Err(e) => return fail("--http", std::io::Error::other(e)),
+    };
     if let Some(user) = &args.user {
         if let Err(e) = sprout::user::become_user(user) {
             return fail(&format!("cannot become user {user}"), e);
@@ -81,7 +96,7 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         service::status(&format!("recovering jobs from {}", dir.display()));
     }
     let server = match Server::open(listeners, &args) {
-        Ok(server) => server,
+        Ok(server) => server.with_http(http),
         Err(e) => return fail("cannot start", e),
     };
     if let Some(config) = embedded {

@@ -19,6 +19,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use crate::cli::Args;
 use crate::connection;
 use crate::engine::{BinlogStats, Clock, Config, Engine};
+use crate::http;
 use crate::service;
 use crate::shared::Shared;
 use crate::store::sled::{self, SledStore};
@@ -169,6 +170,7 @@ pub struct Server {
     listeners: Vec<Listener>,
     shared: Arc<Shared>,
     max_job_size: u32,
+    http: Option<http::Port>,
 }
 
 impl Server {
@@ -215,7 +217,14 @@ impl Server {
             listeners,
             shared: Arc::new(Shared::new(engine, clock, store)),
             max_job_size: args.effective_max_job_size(),
+            http: None,
         })
+    }
+
+    /// Serves `port` (bound before recovery, see [`http`]) once running.
+    pub fn with_http(mut self, port: Option<http::Port>) -> Server {
+        self.http = port;
+        self
     }
 
     /// Serves until `shutdown` completes.
@@ -225,6 +234,9 @@ impl Server {
         let usr1 = signal(SignalKind::user_defined1())?;
         let timer = timer::spawn(self.shared.clone())?;
         let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
+        if let Some(port) = &self.http {
+            port.attach(self.shared.clone());
+        }
         service::ready(&self.describe());
         tokio::select! {
             result = self.accept_loop() => result?,

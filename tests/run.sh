@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what the tests need, then runs every test.
 #
-# Needs: a Rust toolchain, python3 (for a real client from PyPI) and
-# redis-server (for the Redis TTL bridge tests; installed with apt-get when
-# missing and run as root, else those tests print a note and pass).
+# Needs: a Rust toolchain, python3 (for a real client from PyPI),
+# redis-server (for the Redis TTL bridge tests), promtool, chromium and
+# chromedriver (for the HTTP tests); each installed with apt-get when
+# missing and run as root, else those tests print a note and pass (under
+# CI=true they fail).
 # Idempotent: a second run reuses the Python environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && apt-get install -y -qq redis-server
+fi
+# The HTTP tests: promtool checks /metrics, chromium drives the dashboard.
+missing=""
+command -v promtool >/dev/null || missing="$missing prometheus"
+command -v chromium >/dev/null || missing="$missing chromium"
+command -v chromedriver >/dev/null || missing="$missing chromium-driver"
+if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi
 
 venv=target/test-venv

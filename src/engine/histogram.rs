@@ -47,14 +47,48 @@ impl Histogram {
         self.count += 1;
     }
 
-    /// Cumulative counts per bound, as Prometheus wants them (the +Inf
-    /// bucket is [`Histogram::count`]).
-    pub fn cumulative(&self) -> impl Iterator<Item = (Time, u64)> + '_ {
-        let per_bound = BOUNDS_MICROS.iter().zip(&self.buckets);
-        per_bound.scan(0, |total, (&bound, &n)| {
-            *total += n;
-            Some((bound, *total))
-        })
+    pub fn add(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(&other.buckets) {
+            *mine += theirs;
+        }
+        self.sum_micros = self.sum_micros.saturating_add(other.sum_micros);
+        self.count += other.count;
+    }
+
+    /// The observations since `earlier` (an older copy of this histogram).
+    pub fn since(&self, earlier: &Histogram) -> Histogram {
+        let mut buckets = self.buckets;
+        for (b, old) in buckets.iter_mut().zip(&earlier.buckets) {
+            *b = b.saturating_sub(*old);
+        }
+        Histogram {
+            buckets,
+            sum_micros: self.sum_micros.saturating_sub(earlier.sum_micros),
+            count: self.count.saturating_sub(earlier.count),
+        }
+    }
+
+    /// The `q` quantile (0..=1) in µs, interpolated within its bucket as
+    /// Prometheus's `histogram_quantile` does; `None` without observations.
+    /// Above the last bound it is the last bound.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * self.count as f64;
+        let mut below = 0u64;
+        for (i, &n) in self.buckets.iter().enumerate() {
+            if n > 0 && (below + n) as f64 >= rank {
+                let Some(&upper) = BOUNDS_MICROS.get(i) else {
+                    return Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64);
+                };
+                let lower = if i == 0 { 0 } else { BOUNDS_MICROS[i - 1] };
+                let within = (rank - below as f64) / n as f64;
+                return Some(lower as f64 + (upper - lower) as f64 * within);
+            }
+            below += n;
+        }
+        Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64)
     }
 }
 
@@ -68,6 +102,14 @@ pub struct Latency {
     pub age_at_reserve: Histogram,
     /// From a reserve (or the holder's last touch) to the holder's delete.
     pub reserve_to_delete: Histogram,
+}
+
+impl Latency {
+    pub fn add(&mut self, other: &Latency) {
+        self.reserve_wait.add(&other.reserve_wait);
+        self.age_at_reserve.add(&other.age_at_reserve);
+        self.reserve_to_delete.add(&other.reserve_to_delete);
+    }
 }
 
 #[cfg(test)]
@@ -94,17 +136,35 @@ mod tests {
     }
 
     #[test]
-    fn cumulative_counts_grow_to_all_observations_below_infinity() {
+    fn quantiles_interpolate_within_the_bucket() {
         let mut h = Histogram::default();
-        for micros in [500, 2_000, 2_000, 7_000_000, u64::MAX] {
-            h.observe(micros);
+        assert_eq!(h.quantile(0.5), None);
+        // Ten observations in (1 ms, 5 ms], ten in (5 ms, 10 ms].
+        for _ in 0..10 {
+            h.observe(2_000);
+            h.observe(7_000);
         }
-        let cumulative: Vec<u64> = h.cumulative().map(|(_, n)| n).collect();
-        assert_eq!(&cumulative[..3], &[1, 3, 3]);
-        assert_eq!(cumulative[7], 3, "at 5 s");
-        assert_eq!(cumulative[8], 4, "at 10 s");
-        assert_eq!(*cumulative.last().unwrap(), 4, "u64::MAX is only in +Inf");
-        assert_eq!(h.count, 5);
-        assert_eq!(h.sum_micros, u64::MAX, "the sum saturates");
+        // (quantile, expected µs)
+        let table = [
+            (0.0, 1_000.0),
+            (0.25, 3_000.0),
+            (0.5, 5_000.0),
+            (0.75, 7_500.0),
+            (1.0, 10_000.0),
+        ];
+        for (q, expected) in table {
+            assert_eq!(h.quantile(q), Some(expected), "q {q}");
+        }
+        let mut later = h.clone();
+        later.observe(u64::MAX);
+        let since = later.since(&h);
+        assert_eq!(
+            (since.count, since.quantile(0.5)),
+            (1, Some(3_600_000_000.0))
+        );
+        let mut sum = Histogram::default();
+        sum.add(&h);
+        sum.add(&since);
+        assert_eq!(sum, later);
     }
 }

@@ -37,7 +37,7 @@ mod timers;
 mod tube;
 
 pub use admin::AdminError;
-pub use browse::{Cursor, JobInfo, Page, TubeFigures};
+pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 use conn::{Conn, Wait};
 use heap::{ByDeadline, ByPriority};
 pub use histogram::{Histogram, Latency, BOUNDS_MICROS};

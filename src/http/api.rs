@@ -1,0 +1,428 @@
+//! The JSON admin API under `/api/`: the server's figures, tubes, a tube's
+//! jobs by state (paged), one job, and the changes users ask for (kick,
+//! delete, flush a state, move, pause/resume, put). Every change goes
+//! through [`App::change`] or [`batch::run`]: the engine, then the store,
+//! like a protocol command. Bad input is a 4xx with `{"error": "…"}`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use base64::Engine as _;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use sprout_protocol::{JobId, TubeName};
+
+use crate::engine::{Cursor, JobInfo, State as JobState, TubeFigures};
+
+use super::app::App;
+use super::batch;
+use super::error::ApiError;
+use super::extract::{Json, Query};
+use super::figures;
+
+/// Job bodies up to this size are inlined in `GET /api/jobs/{id}`; larger
+/// ones only through `/api/jobs/{id}/body`.
+const INLINE_BODY: usize = 1 << 20;
+/// Bytes of a body shown in a job list.
+const PREVIEW: usize = 64;
+/// A put's defaults (pheanstalk's, a common choice).
+const DEFAULT_PRI: u32 = 1024;
+const DEFAULT_TTR: u64 = 60;
+
+type Reply = Result<Response, ApiError>;
+
+pub fn routes(max_job_size: u32) -> Router<Arc<App>> {
+    // Room for a base64 body of the largest job, and the JSON around it.
+    let limit = (max_job_size as usize / 3 + 1) * 4 + 64 * 1024;
+    Router::new()
+        .route("/api/server", get(server))
+        .route("/api/history", get(history))
+        .route("/api/tubes", get(tubes))
+        .route("/api/tubes/{tube}", get(tube))
+        .route("/api/tubes/{tube}/jobs", get(jobs).post(put))
+        .route("/api/tubes/{tube}/kick", post(kick))
+        .route("/api/tubes/{tube}/flush", post(flush))
+        .route("/api/tubes/{tube}/move", post(move_jobs))
+        .route("/api/tubes/{tube}/pause", post(pause))
+        .route("/api/tubes/{tube}/resume", post(resume))
+        .route("/api/jobs/{id}", get(job).delete(delete))
+        .route("/api/jobs/{id}/body", get(body))
+        .route("/api/jobs/{id}/kick", post(kick_job))
+        .layer(DefaultBodyLimit::max(limit))
+}
+
+fn ok(value: Value) -> Reply {
+    Ok(axum::Json(value).into_response())
+}
+
+fn tube_name(raw: &str) -> Result<TubeName, ApiError> {
+    TubeName::new(raw.as_bytes()).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "bad tube name {raw:?}: 1 to 200 of A-Z a-z 0-9 - + / ; . $ _ ( ), not starting with -"
+        ))
+    })
+}
+
+fn job_id(raw: &str) -> Result<JobId, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError::bad_request(format!("bad job id {raw:?}")))
+}
+
+fn job_state(raw: &str) -> Result<JobState, ApiError> {
+    JobState::from_name(raw).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "bad state {raw:?}: one of ready, delayed, reserved, buried"
+        ))
+    })
+}
+
+fn parse_cursor(raw: &str) -> Result<Cursor, ApiError> {
+    let bad = || ApiError::bad_request(format!("bad cursor {raw:?}"));
+    let (a, b) = raw.split_once('.').ok_or_else(bad)?;
+    Ok(Cursor(
+        a.parse().map_err(|_| bad())?,
+        b.parse().map_err(|_| bad())?,
+    ))
+}
+
+fn cursor_text(c: Cursor) -> String {
+    format!("{}.{}", c.0, c.1)
+}
+
+fn seconds(micros: u64) -> f64 {
+    micros as f64 / 1e6
+}
+
+/// A stats document as a JSON object: keys with `_` for `-`, numbers as
+/// numbers, the rest as text.
+fn document(doc: &[u8]) -> Map<String, Value> {
+    figures::pairs(doc)
+        .map(|(key, value)| {
+            let value = match value.parse::<f64>() {
+                Ok(n) if value.bytes().all(|b| b.is_ascii_digit()) => json!(n as u64),
+                Ok(n) => json!(n),
+                Err(_) => match value {
+                    "true" => json!(true),
+                    "false" => json!(false),
+                    _ => json!(value),
+                },
+            };
+            (key.replace('-', "_"), value)
+        })
+        .collect()
+}
+
+fn tube_json(t: &TubeFigures) -> Value {
+    let mut object = document(&t.stats);
+    object.insert("paused".into(), json!(t.paused));
+    object.insert(
+        "oldest_ready_age".into(),
+        json!(t.oldest_ready_age.map(seconds)),
+    );
+    for (name, h) in [
+        ("reserve_wait", &t.latency.reserve_wait),
+        ("age_at_reserve", &t.latency.age_at_reserve),
+    ] {
+        object.insert(
+            format!("{name}_p50"),
+            json!(h.quantile(0.5).map(|q| q / 1e6)),
+        );
+    }
+    Value::Object(object)
+}
+
+fn job_json(j: &JobInfo) -> Map<String, Value> {
+    let preview: String = String::from_utf8_lossy(&j.body[..j.body.len().min(PREVIEW)])
+        .chars()
+        .map(|c| if c.is_control() { '·' } else { c })
+        .collect();
+    let object = json!({
+        "id": j.id,
+        "tube": j.tube.as_str(),
+        "state": j.state.name(),
+        "pri": j.pri,
+        "age": seconds(j.age),
+        "delay": j.delay,
+        "ttr": j.ttr,
+        "time_left": seconds(j.time_left),
+        "reserves": j.reserves,
+        "timeouts": j.timeouts,
+        "releases": j.releases,
+        "buries": j.buries,
+        "kicks": j.kicks,
+        "size": j.body.len(),
+        "preview": preview,
+    });
+    match object {
+        Value::Object(map) => map,
+        _ => unreachable!("json! of an object"),
+    }
+}
+
+async fn server(State(app): State<Arc<App>>) -> Reply {
+    let doc = app.read(|engine, now| engine.stats_at(now))?;
+    ok(json!({ "stats": document(&doc) }))
+}
+
+async fn history(State(app): State<Arc<App>>) -> Reply {
+    app.server()?;
+    ok(json!({ "samples": app.history.samples() }))
+}
+
+async fn tubes(State(app): State<Arc<App>>) -> Reply {
+    let tubes = app.read(|engine, now| engine.tube_figures(now))?;
+    ok(json!({ "tubes": tubes.iter().map(tube_json).collect::<Vec<_>>() }))
+}
+
+async fn tube(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let name = tube_name(&raw)?;
+    let figures = app.read(|engine, now| engine.tube_figures_of(&name, now))?;
+    ok(tube_json(
+        &figures.ok_or_else(|| ApiError::not_found("no such tube"))?,
+    ))
+}
+
+#[derive(Deserialize)]
+struct JobsQuery {
+    state: Option<String>,
+    limit: Option<String>,
+    after: Option<String>,
+}
+
+async fn jobs(
+    State(app): State<Arc<App>>,
+    Path(raw): Path<String>,
+    Query(query): Query<JobsQuery>,
+) -> Reply {
+    let name = tube_name(&raw)?;
+    let state = job_state(query.state.as_deref().unwrap_or("ready"))?;
+    let limit = match query.limit.as_deref() {
+        None => 50,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=crate::engine::MAX_PAGE).contains(&n) => n,
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "bad limit {raw:?}: 1 to {}",
+                    crate::engine::MAX_PAGE
+                )))
+            }
+        },
+    };
+    let after = query.after.as_deref().map(parse_cursor).transpose()?;
+    let page = app.read(|engine, now| engine.jobs_page(&name, state, after, limit, now))?;
+    let page = page.ok_or_else(|| ApiError::not_found("no such tube"))?;
+    let jobs: Vec<Value> = page
+        .jobs
+        .iter()
+        .map(|j| Value::Object(job_json(j)))
+        .collect();
+    ok(json!({
+        "tube": name.as_str(),
+        "state": state.name(),
+        "jobs": jobs,
+        "next": page.next.map(cursor_text),
+    }))
+}
+
+async fn job(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let id = job_id(&raw)?;
+    let info = app.read(|engine, now| engine.job_info(id, now))?;
+    let info = info.ok_or_else(|| ApiError::not_found("no such job"))?;
+    let mut object = job_json(&info);
+    if info.body.len() <= INLINE_BODY {
+        let text = std::str::from_utf8(&info.body).ok();
+        object.insert("body_text".into(), json!(text));
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&info.body);
+        object.insert("body_base64".into(), json!(encoded));
+    } else {
+        object.insert("body_truncated".into(), json!(true));
+    }
+    ok(Value::Object(object))
+}
+
+async fn body(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let id = job_id(&raw)?;
+    let info = app.read(|engine, now| engine.job_info(id, now))?;
+    let info = info.ok_or_else(|| ApiError::not_found("no such job"))?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        info.body,
+    )
+        .into_response())
+}
+
+/// The answer to a change: `value` unless the store failed to keep it.
+fn changed(value: Value, unstored: bool) -> Reply {
+    if unstored {
+        return Err(ApiError::unstored());
+    }
+    ok(value)
+}
+
+async fn delete(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let id = job_id(&raw)?;
+    let (result, unstored) = app.change(|engine, now| engine.delete_one(id, now)).await?;
+    result?;
+    changed(json!({ "deleted": id }), unstored)
+}
+
+async fn kick_job(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let id = job_id(&raw)?;
+    let (result, unstored) = app.change(|engine, now| engine.kick_one(id, now)).await?;
+    result?;
+    changed(json!({ "kicked": id }), unstored)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Kick {
+    bound: u32,
+}
+
+async fn kick(
+    State(app): State<Arc<App>>,
+    Path(raw): Path<String>,
+    Json(kick): Json<Kick>,
+) -> Reply {
+    let name = tube_name(&raw)?;
+    let (result, unstored) = app
+        .change(|engine, now| engine.kick_tube(&name, kick.bound, now))
+        .await?;
+    changed(json!({ "kicked": result? }), unstored)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Flush {
+    state: String,
+}
+
+async fn flush(
+    State(app): State<Arc<App>>,
+    Path(raw): Path<String>,
+    Json(flush): Json<Flush>,
+) -> Reply {
+    let name = tube_name(&raw)?;
+    let state = job_state(&flush.state)?;
+    let shared = app.server()?;
+    let done = batch::run(shared, None, |engine, n, now| {
+        engine.flush(&name, state, n, now)
+    })
+    .await?;
+    changed(json!({ "deleted": done.jobs }), done.unstored)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Move {
+    state: String,
+    to: String,
+    /// At most this many (all of them without).
+    limit: Option<u64>,
+}
+
+async fn move_jobs(
+    State(app): State<Arc<App>>,
+    Path(raw): Path<String>,
+    Json(request): Json<Move>,
+) -> Reply {
+    let from = tube_name(&raw)?;
+    let to = tube_name(&request.to)?;
+    let state = job_state(&request.state)?;
+    let shared = app.server()?;
+    let exists = app.read(|engine, now| engine.tube_figures_of(&from, now).is_some())?;
+    if !exists {
+        return Err(ApiError::not_found("no such tube"));
+    }
+    let done = batch::run(shared, request.limit, |engine, n, now| {
+        engine.move_jobs(&from, state, &to, n, now)
+    })
+    .await?;
+    changed(json!({ "moved": done.jobs }), done.unstored)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Pause {
+    /// Seconds.
+    delay: u32,
+}
+
+async fn pause(
+    State(app): State<Arc<App>>,
+    Path(raw): Path<String>,
+    Json(pause): Json<Pause>,
+) -> Reply {
+    let name = tube_name(&raw)?;
+    let delay = Duration::from_secs(pause.delay.into());
+    let (result, _) = app
+        .change(|engine, now| engine.pause_tube(&name, delay, now))
+        .await?;
+    result?;
+    ok(json!({ "paused": name.as_str(), "delay": pause.delay }))
+}
+
+async fn resume(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
+    let name = tube_name(&raw)?;
+    let (result, _) = app
+        .change(|engine, now| engine.resume_tube(&name, now))
+        .await?;
+    result?;
+    ok(json!({ "resumed": name.as_str() }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Put {
+    /// The body as text…
+    body: Option<String>,
+    /// …or as base64, for bytes that are not UTF-8.
+    body_base64: Option<String>,
+    pri: Option<u32>,
+    /// Seconds.
+    delay: Option<u32>,
+    /// Seconds.
+    ttr: Option<u32>,
+}
+
+async fn put(State(app): State<Arc<App>>, Path(raw): Path<String>, Json(put): Json<Put>) -> Reply {
+    let name = tube_name(&raw)?;
+    let body = match (put.body, put.body_base64) {
+        (Some(text), None) => Bytes::from(text),
+        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded.as_bytes())
+            .map(Bytes::from)
+            .map_err(|e| ApiError::bad_request(format!("bad body_base64: {e}")))?,
+        _ => {
+            return Err(ApiError::bad_request(
+                "give the body as exactly one of body, body_base64",
+            ))
+        }
+    };
+    let max = app.read(|engine, _| engine.max_job_size())?;
+    if body.len() > max as usize {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body has {} bytes; the most is {max} (-z)", body.len()),
+        ));
+    }
+    let pri = put.pri.unwrap_or(DEFAULT_PRI);
+    let delay = Duration::from_secs(put.delay.unwrap_or(0).into());
+    let ttr = Duration::from_secs(put.ttr.map_or(DEFAULT_TTR, u64::from));
+    let (result, unstored) = app
+        .change(|engine, now| engine.put_into(&name, pri, delay, ttr, body, now))
+        .await?;
+    let id = result?;
+    if unstored {
+        // Never acknowledged: take it back, as a put on the port would be.
+        app.read(|engine, _| engine.forget(id))?;
+        return Err(ApiError::unstored());
+    }
+    Ok((StatusCode::CREATED, axum::Json(json!({ "id": id }))).into_response())
+}

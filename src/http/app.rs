@@ -1,0 +1,88 @@
+//! What every HTTP handler shares: the server (once recovery is over), the
+//! access token, the history of recent figures, and the one way handlers
+//! change the queue.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::engine::Engine;
+use crate::shared::Shared;
+use crate::store::Seq;
+
+use super::error::ApiError;
+use super::history::History;
+
+pub struct App {
+    /// Set when the server has recovered and starts serving.
+    server: OnceLock<Arc<Shared>>,
+    pub token: Option<String>,
+    pub token_metrics: bool,
+    pub history: History,
+}
+
+impl App {
+    pub fn new(token: Option<String>, token_metrics: bool) -> App {
+        App {
+            server: OnceLock::new(),
+            token,
+            token_metrics,
+            history: History::default(),
+        }
+    }
+
+    /// Hands the recovered server over; until then every call but the
+    /// health checks answers 503.
+    pub fn attach(&self, shared: Arc<Shared>) {
+        let _ = self.server.set(shared);
+    }
+
+    /// The server, or 503 while it is still recovering.
+    pub fn server(&self) -> Result<&Arc<Shared>, ApiError> {
+        self.server
+            .get()
+            .ok_or_else(|| ApiError::unavailable("recovering"))
+    }
+
+    /// Reads the engine under its lock.
+    pub fn read<T>(&self, f: impl FnOnce(&mut Engine, u64) -> T) -> Result<T, ApiError> {
+        let shared = self.server()?;
+        let now = shared.clock.now();
+        let mut state = shared.lock();
+        Ok(f(&mut state.engine, now))
+    }
+
+    /// Changes the engine under its lock, as a protocol command does: the
+    /// records go to the store, and under `-f 0` the answer waits until
+    /// they are durable. Returns what `f` returned and whether the store
+    /// failed to keep it.
+    pub async fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Engine, u64) -> T,
+    ) -> Result<(T, bool), ApiError> {
+        let shared = self.server()?;
+        let (value, seq) = {
+            let now = shared.clock.now();
+            let mut state = shared.lock();
+            let value = f(&mut state.engine, now);
+            (value, state.submit())
+        };
+        let failed = if shared.store.replies_wait() {
+            !stored(shared, seq).await?
+        } else {
+            false
+        };
+        Ok((value, failed))
+    }
+}
+
+/// Waits until the store has done submission `seq`; false if it failed.
+pub async fn stored(shared: &Shared, seq: Seq) -> Result<bool, ApiError> {
+    if seq == 0 {
+        return Ok(true);
+    }
+    let mut progress = shared.store.progress();
+    let progress = progress
+        .wait_for(|p| p.done >= seq)
+        .await
+        .map_err(|_| ApiError::unavailable("the store stopped"))?;
+    Ok(!progress.failed(seq))
+}

@@ -1,0 +1,92 @@
+//! The last ten minutes of the server's figures, one sample a second, for
+//! the dashboard's charts (so a freshly opened dashboard has a past).
+//!
+//! A sample costs one short engine lock: the `stats` document and the
+//! tubes' latency histograms added up (no queue is scanned).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::engine::Histogram;
+use crate::shared::Shared;
+
+use super::figures;
+
+/// Samples kept: ten minutes.
+const KEPT: usize = 600;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    /// Unix time, seconds.
+    pub t: f64,
+    /// Commands so far (the dashboard turns them into rates).
+    pub puts: f64,
+    pub reserves: f64,
+    pub deletes: f64,
+    pub ready: f64,
+    pub reserved: f64,
+    pub delayed: f64,
+    pub buried: f64,
+    /// Reserve wait in this second's reserves (seconds), median and 99th
+    /// percentile, if any.
+    pub wait_p50: Option<f64>,
+    pub wait_p99: Option<f64>,
+}
+
+#[derive(Default)]
+pub struct History {
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl History {
+    pub fn samples(&self) -> Vec<Sample> {
+        self.lock().iter().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Sample>> {
+        self.samples.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, sample: Sample) {
+        let mut samples = self.lock();
+        if samples.len() == KEPT {
+            samples.pop_front();
+        }
+        samples.push_back(sample);
+    }
+}
+
+/// Samples `shared` into `app`'s history every second, for ever.
+pub async fn sample(app: Arc<super::app::App>, shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut last = Histogram::default();
+    loop {
+        tick.tick().await;
+        let now = shared.clock.now();
+        let (doc, latency) = {
+            let mut state = shared.lock();
+            let doc = state.engine.stats_at(now);
+            (doc, state.engine.latency_total(now))
+        };
+        let wait = latency.reserve_wait.since(&last);
+        last = latency.reserve_wait;
+        let get = |key| figures::get(&doc, key);
+        let seconds = |micros: f64| micros / 1e6;
+        app.history.push(Sample {
+            t: now as f64 / 1e6,
+            puts: get("cmd-put"),
+            reserves: get("cmd-reserve") + get("cmd-reserve-with-timeout"),
+            deletes: get("cmd-delete"),
+            ready: get("current-jobs-ready"),
+            reserved: get("current-jobs-reserved"),
+            delayed: get("current-jobs-delayed"),
+            buried: get("current-jobs-buried"),
+            wait_p50: wait.quantile(0.5).map(seconds),
+            wait_p99: wait.quantile(0.99).map(seconds),
+        });
+    }
+}

@@ -1,0 +1,161 @@
+//! `GET /metrics`: the Prometheus (OpenMetrics text) exposition, encoded by
+//! `prometheus-client` from one snapshot of the engine per scrape.
+//!
+//! Names follow messagebird/beanstalkd_exporter, so its users' dashboards
+//! and alerts keep working: every numeric `stats` key with `-` turned into
+//! `_` (`current_jobs_ready`, `cmd_put`, `job_timeouts`…) and every
+//! numeric `stats-tube` key as `tube_<key>` with a `tube` label, all gauges
+//! as that exporter has them (`pid`, which it skips, and text such as
+//! `version` are left out; `draining` is 0 or 1). What no beanstalkd
+//! exposes is under `sprout_`: per-tube latency histograms, the age of the
+//! oldest ready job, and the store's figures.
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
+
+use super::app::App;
+use super::error::ApiError;
+use super::figures;
+
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `stats` keys that are not exported (as beanstalkd_exporter skips them).
+const SKIPPED: [&str; 1] = ["pid"];
+
+pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
+    let snapshot = app.read(|engine, now| Snapshot {
+        stats: engine.stats_at(now),
+        tubes: engine.tube_figures(now),
+    })?;
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut body = String::with_capacity(16 * 1024);
+    prometheus_client::encoding::text::encode(&mut body, &registry)
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"))?;
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response())
+}
+
+/// The figures of one scrape, taken under one lock.
+struct Snapshot {
+    stats: Bytes,
+    tubes: Vec<TubeFigures>,
+}
+
+impl fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("tubes", &self.tubes.len())
+            .finish()
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        for (key, value) in figures::numeric(&self.stats) {
+            if SKIPPED.contains(&key) {
+                continue;
+            }
+            let name = key.replace('-', "_");
+            let help = format!("beanstalkd stats: {key}");
+            let mut metric = encoder.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
+            metric.encode_gauge(&value)?;
+        }
+        self.encode_tube_stats(&mut encoder)?;
+        self.encode_latency(&mut encoder)?;
+        let oldest: Vec<(&TubeFigures, f64)> = self
+            .tubes
+            .iter()
+            .filter_map(|t| Some((t, t.oldest_ready_age? as f64 / 1e6)))
+            .collect();
+        let mut metric = encoder.encode_descriptor(
+            "sprout_tube_oldest_ready_age_seconds",
+            "Age of the oldest ready job in the tube (since its put)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (tube, age) in oldest {
+            metric.encode_family(&label(tube))?.encode_gauge(&age)?;
+        }
+        Ok(())
+    }
+}
+
+impl Snapshot {
+    /// `tube_<key>{tube="…"}` for every numeric `stats-tube` key, in the
+    /// document's order (every tube's document has the same keys).
+    fn encode_tube_stats(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(first) = self.tubes.first() else {
+            return Ok(());
+        };
+        let keys: Vec<&str> = figures::numeric(&first.stats).map(|(k, _)| k).collect();
+        for (i, key) in keys.iter().enumerate() {
+            let name = format!("tube_{}", key.replace('-', "_"));
+            let help = format!("beanstalkd stats-tube: {key}");
+            let mut metric = encoder.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
+            for tube in &self.tubes {
+                if let Some((_, value)) = figures::numeric(&tube.stats).nth(i) {
+                    metric.encode_family(&label(tube))?.encode_gauge(&value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_latency(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        type Pick = fn(&TubeFigures) -> &Histogram;
+        let families: [(&str, &str, Pick); 3] = [
+            (
+                "sprout_tube_reserve_wait_seconds",
+                "Time jobs were ready before a reserve took them (from put, delay end, release, kick or TTR timeout)",
+                |t| &t.latency.reserve_wait,
+            ),
+            (
+                "sprout_tube_age_at_reserve_seconds",
+                "Age of jobs (since their put) at each reserve",
+                |t| &t.latency.age_at_reserve,
+            ),
+            (
+                "sprout_tube_reserve_to_delete_seconds",
+                "Time from a reserve (or the last touch) to the holder's delete",
+                |t| &t.latency.reserve_to_delete,
+            ),
+        ];
+        for (name, help, pick) in families {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for tube in &self.tubes {
+                let h = pick(tube);
+                metric
+                    .encode_family(&label(tube))?
+                    .encode_histogram::<NoLabelSet>(
+                        h.sum_micros as f64 / 1e6,
+                        h.count,
+                        &buckets(h),
+                        None,
+                    )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn label(tube: &TubeFigures) -> [(&'static str, &str); 1] {
+    [("tube", tube.name.as_str())]
+}
+
+/// (upper bound in seconds, count in that bucket), +Inf last.
+fn buckets(h: &Histogram) -> Vec<(f64, u64)> {
+    let bounds = BOUNDS_MICROS.iter().map(|&b| b as f64 / 1e6);
+    let bounds = bounds.chain(std::iter::once(f64::MAX));
+    bounds.zip(h.buckets.iter().copied()).collect()
+}

@@ -1,0 +1,101 @@
+//! The HTTP side port (`--http ADDR:PORT`): Prometheus metrics, health
+//! checks, a JSON admin API and a web dashboard, on the server's own tokio
+//! runtime (axum over hyper).
+//!
+//! How, file by file:
+//! * [`config`]: the `--http*` flags.
+//! * [`app`]: what handlers share, and [`app::App::change`], the one way
+//!   they change the queue (through the engine and the store, like a
+//!   protocol command).
+//! * [`health`]: `/healthz`, `/readyz`.
+//! * [`metrics`]: `/metrics`, from one engine snapshot per scrape.
+//! * [`api`]: `/api/…`, the admin calls; [`batch`]: flush and move, a
+//!   batch per lock.
+//! * [`auth`]: the token (bearer header or the dashboard's login cookie).
+//! * [`dashboard`]: the page at `/`, its assets compiled into the binary.
+//! * [`history`]: the last ten minutes of figures, for the charts.
+//!
+//! The port is bound before the store is recovered, so `/healthz` answers
+//! at once and `/readyz` says 503 until the server serves. The beanstalk
+//! port shares nothing with it but the engine lock, which every call here
+//! holds as briefly as a command does.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::shared::Shared;
+
+pub mod api;
+pub mod app;
+pub mod auth;
+pub mod batch;
+pub mod config;
+pub mod dashboard;
+pub mod error;
+mod extract;
+pub mod figures;
+pub mod health;
+pub mod history;
+pub mod metrics;
+
+use app::App;
+pub use config::{HttpArgs, Options};
+
+/// A bound, serving HTTP port, waiting for the server to attach.
+pub struct Port {
+    app: Arc<App>,
+    addr: SocketAddr,
+}
+
+impl Port {
+    /// Binds `options`' address and starts serving (health checks at once,
+    /// the rest once [`Port::attach`] is called). `max_job_size` bounds the
+    /// bodies of puts.
+    pub async fn bind(options: &Options, max_job_size: u32) -> io::Result<Port> {
+        let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
+        let addr = listener.local_addr()?;
+        let app = Arc::new(App::new(options.token.clone(), options.token_metrics));
+        let router = router(app.clone(), max_job_size);
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "the HTTP port stopped");
+            }
+        });
+        Ok(Port { app, addr })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server has recovered: serve it.
+    pub fn attach(&self, shared: Arc<Shared>) {
+        self.app.attach(shared.clone());
+        tokio::spawn(history::sample(self.app.clone(), shared));
+    }
+}
+
+fn router(app: Arc<App>, max_job_size: u32) -> Router {
+    let open = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz));
+    let metrics = auth::guard(
+        Router::new().route("/metrics", get(metrics::metrics)),
+        &app,
+        app.token_metrics,
+    );
+    let api = auth::guard(api::routes(max_job_size), &app, true);
+    let dashboard = auth::guard_page(dashboard::page(), &app);
+    open.merge(metrics)
+        .merge(api)
+        .merge(dashboard)
+        .merge(dashboard::assets())
+        .merge(auth::routes())
+        .fallback(|| async { error::ApiError::not_found("no such endpoint") })
+        .with_state(app)
+}

@@ -172,16 +172,19 @@ function chart(canvas, series) {
     const label = max * i / 4;
     g.fillText(label >= 100 ? label.toFixed(0) : label.toPrecision(2), 2, Math.max(10, y));
   }
-  g.fillText("−10 min", left, h - 2); g.fillText("now", w - 24, h - 2);
-  const slots = 600;
+  // At least a minute wide, at most the ten minutes the server keeps.
+  const slots = Math.max(60, ...series.map(([points]) => points.length));
+  g.fillText(slots >= 120 ? `−${Math.round(slots / 60)} min` : `−${slots} s`, left, h - 2);
+  g.fillText("now", w - 24, h - 2);
   for (const [points, color] of series) {
-    g.strokeStyle = color; g.lineWidth = 1.5; g.beginPath();
+    g.strokeStyle = color; g.fillStyle = color; g.lineWidth = 1.5; g.beginPath();
     let pen = false;
     points.forEach((v, i) => {
       const x = left + (w - left) * (slots - points.length + i) / slots;
       if (v === null || v === undefined) { pen = false; return; }
       const y = (h - bottom) * (1 - v / max);
       if (pen) g.lineTo(x, y); else g.moveTo(x, y);
+      g.fillRect(x - 1, y - 1, 2, 2);
       pen = true;
     });
     g.stroke();

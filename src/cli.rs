@@ -28,6 +28,7 @@ use clap::{
 };
 use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 
+use crate::admin::AdminArgs;
 use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
 use crate::http::HttpArgs;
 use crate::store::Policy;
@@ -273,6 +274,8 @@ fn split_list(value: &OsStr) -> Vec<&OsStr> {
 pub enum Mode {
     /// Turn Redis key expiries into jobs on a beanstalk server.
     Bridge(BridgeArgs),
+    /// See and steer a server started with --http (its admin API).
+    Admin(AdminArgs),
 }
 
 impl Args {

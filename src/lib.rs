@@ -3,6 +3,7 @@
 //! The crate is the server as a library (so tests, benches and examples can
 //! start one in-process) plus the small async client they share.
 
+pub mod admin;
 pub mod bridge;
 pub mod cli;
 pub mod client;

@@ -1,0 +1,424 @@
+//! `sprout admin`: the admin API from a shell. Tables for people by
+//! default, the API's own JSON with `--json` (for scripts and `jq`).
+//!
+//! A thin client: every subcommand is one HTTP call to a server started
+//! with `--http`, so what it can do and what it refuses are the API's.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The server's --http address.
+    #[arg(
+        long = "http",
+        value_name = "ADDR:PORT",
+        default_value = "127.0.0.1:11380"
+    )]
+    pub http: String,
+
+    /// The server's --http-token.
+    #[arg(long = "token", value_name = "TOKEN", conflicts_with = "token_file")]
+    pub token: Option<String>,
+
+    /// Read the token from FILE (its first line).
+    #[arg(long = "token-file", value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// Print the API's JSON instead of a table.
+    #[arg(long = "json")]
+    pub json: bool,
+
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// The server's `stats`.
+    Server,
+    /// Every tube with its counts.
+    Tubes,
+    /// A page of a tube's jobs in one state (in that state's order).
+    Jobs {
+        tube: String,
+        #[arg(long, default_value = "ready")]
+        state: String,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Start after this cursor (the `next` a previous page printed).
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// One job: its stats and body.
+    Job { id: String },
+    /// Kick up to N jobs of a tube (buried ones, else delayed ones).
+    Kick { tube: String, bound: u32 },
+    /// Kick one buried or delayed job.
+    KickJob { id: String },
+    /// Delete one job (not a reserved one).
+    Delete { id: String },
+    /// Delete every job of a tube in a state (ready, delayed or buried).
+    Flush {
+        tube: String,
+        #[arg(long)]
+        state: String,
+    },
+    /// Move a tube's jobs in a state to another tube.
+    Move {
+        tube: String,
+        #[arg(long)]
+        state: String,
+        #[arg(long)]
+        to: String,
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Pause a tube for SECONDS.
+    Pause { tube: String, seconds: u32 },
+    /// End a tube's pause.
+    Resume { tube: String },
+    /// Put a job.
+    Put {
+        tube: String,
+        body: String,
+        #[arg(long, default_value_t = 1024)]
+        pri: u32,
+        #[arg(long, default_value_t = 0)]
+        delay: u32,
+        #[arg(long, default_value_t = 60)]
+        ttr: u32,
+    },
+}
+
+/// Runs `sprout admin …`.
+pub fn run(args: &AdminArgs) -> ExitCode {
+    match call(args) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("sprout admin: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One HTTP call: (method, path, JSON body).
+type Request = (&'static str, String, Option<Value>);
+
+fn request(command: &AdminCommand) -> Request {
+    let tube_path = |tube: &str, rest: &str| format!("/api/tubes/{}{rest}", encode(tube));
+    match command {
+        AdminCommand::Server => ("GET", "/api/server".into(), None),
+        AdminCommand::Tubes => ("GET", "/api/tubes".into(), None),
+        AdminCommand::Jobs {
+            tube,
+            state,
+            limit,
+            after,
+        } => {
+            let mut query = format!("?state={}&limit={limit}", encode(state));
+            if let Some(after) = after {
+                query.push_str(&format!("&after={}", encode(after)));
+            }
+            ("GET", tube_path(tube, &format!("/jobs{query}")), None)
+        }
+        AdminCommand::Job { id } => ("GET", format!("/api/jobs/{}", encode(id)), None),
+        AdminCommand::Kick { tube, bound } => (
+            "POST",
+            tube_path(tube, "/kick"),
+            Some(json!({ "bound": bound })),
+        ),
+        AdminCommand::KickJob { id } => (
+            "POST",
+            format!("/api/jobs/{}/kick", encode(id)),
+            Some(json!({})),
+        ),
+        AdminCommand::Delete { id } => ("DELETE", format!("/api/jobs/{}", encode(id)), None),
+        AdminCommand::Flush { tube, state } => (
+            "POST",
+            tube_path(tube, "/flush"),
+            Some(json!({ "state": state })),
+        ),
+        AdminCommand::Move {
+            tube,
+            state,
+            to,
+            limit,
+        } => {
+            let mut body = json!({ "state": state, "to": to });
+            if let Some(limit) = limit {
+                body["limit"] = json!(limit);
+            }
+            ("POST", tube_path(tube, "/move"), Some(body))
+        }
+        AdminCommand::Pause { tube, seconds } => (
+            "POST",
+            tube_path(tube, "/pause"),
+            Some(json!({ "delay": seconds })),
+        ),
+        AdminCommand::Resume { tube } => ("POST", tube_path(tube, "/resume"), Some(json!({}))),
+        AdminCommand::Put {
+            tube,
+            body,
+            pri,
+            delay,
+            ttr,
+        } => (
+            "POST",
+            tube_path(tube, "/jobs"),
+            Some(json!({ "body": body, "pri": pri, "delay": delay, "ttr": ttr })),
+        ),
+    }
+}
+
+fn call(args: &AdminArgs) -> Result<String, String> {
+    let token = match (&args.token, &args.token_file) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| format!("--token-file {}: {e}", file.display()))?;
+            Some(text.lines().next().unwrap_or("").trim().to_owned())
+        }
+        (None, None) => None,
+    };
+    let (method, path, body) = request(&args.command);
+    let url = format!("http://{}{path}", args.http);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .build()
+        .into();
+    let mut builder = ureq::http::Request::builder().method(method).uri(&url);
+    if let Some(token) = token {
+        builder = builder.header("Authorization", format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        builder = builder.header("Content-Type", "application/json");
+    }
+    let text = body.map(|b| b.to_string()).unwrap_or_default();
+    let request = builder
+        .body(text)
+        .map_err(|e| format!("bad request to {url}: {e}"))?;
+    let mut response = agent.run(request).map_err(|e| format!("{url}: {e}"))?;
+    let status = response.status();
+    let answer: Value = response
+        .body_mut()
+        .read_json()
+        .map_err(|e| format!("{url}: {status}, not JSON: {e}"))?;
+    if !status.is_success() {
+        let error = answer["error"].as_str().unwrap_or("(no message)");
+        return Err(format!("{status}: {error}"));
+    }
+    if args.json {
+        return Ok(format!("{answer:#}\n"));
+    }
+    Ok(human(&args.command, &answer))
+}
+
+/// A table (or a line) for people.
+fn human(command: &AdminCommand, answer: &Value) -> String {
+    match command {
+        AdminCommand::Server => key_values(&answer["stats"]),
+        AdminCommand::Tubes => {
+            let columns = [
+                ("tube", "name"),
+                ("ready", "current_jobs_ready"),
+                ("reserved", "current_jobs_reserved"),
+                ("delayed", "current_jobs_delayed"),
+                ("buried", "current_jobs_buried"),
+                ("waiting", "current_waiting"),
+                ("total", "total_jobs"),
+                ("paused", "paused"),
+            ];
+            table(
+                &columns,
+                answer["tubes"].as_array().map_or(&[][..], Vec::as_slice),
+            )
+        }
+        AdminCommand::Jobs { .. } => {
+            let columns = [
+                ("id", "id"),
+                ("pri", "pri"),
+                ("age", "age"),
+                ("time-left", "time_left"),
+                ("size", "size"),
+                ("body", "preview"),
+            ];
+            let jobs = answer["jobs"].as_array().map_or(&[][..], Vec::as_slice);
+            let mut out = table(&columns, jobs);
+            if let Some(next) = answer["next"].as_str() {
+                out.push_str(&format!("next page: --after {next}\n"));
+            }
+            out
+        }
+        AdminCommand::Job { .. } => {
+            let mut stats = answer.clone();
+            let body = stats
+                .as_object_mut()
+                .and_then(|o| {
+                    o.remove("body_base64");
+                    o.remove("preview");
+                    o.remove("body_text")
+                })
+                .unwrap_or(Value::Null);
+            let mut out = key_values(&stats);
+            match body.as_str() {
+                Some(text) => out.push_str(&format!("body:\n{text}\n")),
+                None => out.push_str("body: (not UTF-8: see --json, body_base64)\n"),
+            }
+            out
+        }
+        _ => {
+            // Changes answer one small object, e.g. {"deleted": 1000}.
+            let pairs: Vec<String> = answer
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k} {}", plain(v)))
+                .collect();
+            format!("{}\n", pairs.join(", "))
+        }
+    }
+}
+
+fn plain(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn key_values(object: &Value) -> String {
+    let entries: Vec<(&String, &Value)> = object.as_object().into_iter().flatten().collect();
+    let width = entries.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    entries
+        .iter()
+        .map(|(k, v)| format!("{k:width$}  {}\n", plain(v)))
+        .collect()
+}
+
+/// Rows of `objects` under `columns` (header, key), each column as wide
+/// as its widest cell; numbers right-aligned.
+fn table(columns: &[(&str, &str)], objects: &[Value]) -> String {
+    let cells: Vec<Vec<String>> = objects
+        .iter()
+        .map(|o| columns.iter().map(|(_, key)| plain(&o[*key])).collect())
+        .collect();
+    let widths: Vec<usize> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (header, _))| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .fold(header.len(), usize::max)
+        })
+        .collect();
+    let numeric: Vec<bool> = (0..columns.len())
+        .map(|i| objects.iter().all(|o| o[columns[i].1].is_number()) && !objects.is_empty())
+        .collect();
+    let line = |row: Vec<String>| {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| match numeric[i] {
+                true => format!("{cell:>w$}", w = widths[i]),
+                false => format!("{cell:<w$}", w = widths[i]),
+            })
+            .collect();
+        format!("{}\n", cells.join("  ").trim_end())
+    };
+    let mut out = line(columns.iter().map(|(h, _)| h.to_string()).collect());
+    for row in cells {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+/// Percent-encodes a path segment or query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subcommands_are_one_call_each() {
+        let flush = AdminCommand::Flush {
+            tube: "a/b".into(),
+            state: "buried".into(),
+        };
+        let jobs = AdminCommand::Jobs {
+            tube: "t".into(),
+            state: "ready".into(),
+            limit: 5,
+            after: Some("1.2".into()),
+        };
+        // (command, method, path, body)
+        let table: [(AdminCommand, &str, &str, Option<Value>); 4] = [
+            (
+                flush,
+                "POST",
+                "/api/tubes/a%2Fb/flush",
+                Some(json!({"state": "buried"})),
+            ),
+            (
+                jobs,
+                "GET",
+                "/api/tubes/t/jobs?state=ready&limit=5&after=1.2",
+                None,
+            ),
+            (
+                AdminCommand::Delete { id: "7".into() },
+                "DELETE",
+                "/api/jobs/7",
+                None,
+            ),
+            (
+                AdminCommand::Kick {
+                    tube: "t".into(),
+                    bound: 3,
+                },
+                "POST",
+                "/api/tubes/t/kick",
+                Some(json!({"bound": 3})),
+            ),
+        ];
+        for (command, method, path, body) in table {
+            assert_eq!(
+                request(&command),
+                (method, path.to_owned(), body),
+                "{command:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tables_align_columns_and_right_align_numbers() {
+        let rows = [
+            json!({"name": "emails", "n": 3}),
+            json!({"name": "a", "n": 1200}),
+        ];
+        let out = table(&[("tube", "name"), ("count", "n")], &rows);
+        assert_eq!(out, "tube    count\nemails      3\na        1200\n");
+        assert_eq!(table(&[("tube", "name")], &[]), "tube\n");
+    }
+}

@@ -1,0 +1,141 @@
+//! How long a flush of a big tube holds up the beanstalk port's clients:
+//! buries N jobs in `default`, then flushes them over HTTP while a probe
+//! client times one round trip after another, and prints what it saw.
+//!
+//! `cargo run --release --example flush_pause -- ADDR HTTP_ADDR [JOBS]`
+//! against `sprout -p PORT --http HTTP_ADDR [-b DIR]` (JOBS: 1000000).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let addr = args.next().unwrap_or_else(|| "127.0.0.1:11300".into());
+    let http = args.next().unwrap_or_else(|| "127.0.0.1:11380".into());
+    let jobs: u64 = args.next().map_or(Ok(1_000_000), |n| n.parse())?;
+
+    let started = Instant::now();
+    let first = bury(&addr, jobs)?;
+    eprintln!(
+        "{jobs} jobs buried (ids from {first}) in {:?}",
+        started.elapsed()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = {
+        let (addr, stop) = (addr.clone(), stop.clone());
+        std::thread::spawn(move || probe(&addr, &stop))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(3600)))
+        .build()
+        .into();
+    let flush_started = Instant::now();
+    let mut response = agent
+        .post(format!("http://{http}/api/tubes/default/flush"))
+        .header("Content-Type", "application/json")
+        .send(r#"{"state":"buried"}"#)?;
+    let flushed = flush_started.elapsed();
+    let answer = response.body_mut().read_to_string()?;
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let mut rtts = probe.join().expect("probe")?;
+    rtts.sort_unstable();
+    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+    println!(
+        "flush of {jobs} buried jobs: {answer} in {:.2} s ({:.0} jobs/s); probe round trips \
+         meanwhile: {} taken, p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
+        flushed.as_secs_f64(),
+        jobs as f64 / flushed.as_secs_f64(),
+        rtts.len(),
+        at(0.5),
+        at(0.99),
+        at(0.999),
+        rtts[rtts.len() - 1],
+    );
+    Ok(())
+}
+
+/// Puts `n` jobs, then reserves and buries each (pipelined); returns the
+/// first id.
+fn bury(addr: &str, n: u64) -> std::io::Result<u64> {
+    let stream = TcpStream::connect(addr)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let mut line = String::new();
+    writer.write_all(b"put 0 0 600 1\r\nx\r\n")?;
+    reader.read_line(&mut line)?;
+    let first: u64 = line
+        .trim()
+        .trim_start_matches("INSERTED ")
+        .parse()
+        .map_err(std::io::Error::other)?;
+    let chunk = 10_000;
+    let mut sent = 1;
+    let mut pending = Vec::new();
+    while sent < n {
+        let k = chunk.min(n - sent);
+        pending.clear();
+        for _ in 0..k {
+            pending.extend_from_slice(b"put 0 0 600 1\r\nx\r\n");
+        }
+        writer.write_all(&pending)?;
+        for _ in 0..k {
+            line.clear();
+            reader.read_line(&mut line)?;
+        }
+        sent += k;
+    }
+    let mut id = first;
+    while id < first + n {
+        let k = chunk.min(first + n - id);
+        pending.clear();
+        for i in id..id + k {
+            pending.extend_from_slice(format!("reserve-job {i}\r\nbury {i} 0\r\n").as_bytes());
+        }
+        writer.write_all(&pending)?;
+        for _ in 0..k {
+            line.clear();
+            reader.read_line(&mut line)?; // RESERVED id 1
+            line.clear();
+            reader.read_line(&mut line)?; // the body
+            line.clear();
+            reader.read_line(&mut line)?; // BURIED
+            if line != "BURIED\r\n" {
+                return Err(std::io::Error::other(format!("bury: {line:?}")));
+            }
+        }
+        id += k;
+    }
+    Ok(first)
+}
+
+/// Round trips of `stats-tube default` until `stop`.
+fn probe(addr: &str, stop: &AtomicBool) -> std::io::Result<Vec<Duration>> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    let mut rtts = Vec::new();
+    let mut line = String::new();
+    let mut body = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        writer.write_all(b"stats-tube default\r\n")?;
+        line.clear();
+        reader.read_line(&mut line)?;
+        let len: usize = line
+            .trim()
+            .trim_start_matches("OK ")
+            .parse()
+            .map_err(std::io::Error::other)?;
+        body.resize(len + 2, 0);
+        std::io::Read::read_exact(&mut reader, &mut body)?;
+        rtts.push(t.elapsed());
+    }
+    Ok(rtts)
+}

@@ -62,8 +62,10 @@ where
         pending: VecDeque::new(),
         answers: Vec::new(),
     };
-    if let Err(e) = conn.run(&shared).await {
-        tracing::debug!(conn = id, error = %e, "connection failed");
+    tracing::info!(conn = id, "connection opened");
+    match conn.run(&shared).await {
+        Ok(()) => tracing::info!(conn = id, "connection closed"),
+        Err(e) => tracing::info!(conn = id, error = %e, "connection closed"),
     }
     shared.disconnect(id);
 }

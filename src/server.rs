@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tracing::Instrument;
 
 use crate::cli::Args;
 use crate::connection;
@@ -270,12 +271,15 @@ impl Server {
     async fn accept_on(&self, listener: &Listener) -> io::Result<()> {
         loop {
             let accepted = match listener {
-                Listener::Tcp(l) => l.accept().await.map(|(stream, _)| {
+                Listener::Tcp(l) => l.accept().await.map(|(stream, peer)| {
                     // Answers are written whole; don't let Nagle hold them.
                     let _ = stream.set_nodelay(true);
-                    self.spawn(stream)
+                    self.spawn(stream, &peer)
                 }),
-                Listener::Unix(l, _) => l.accept().await.map(|(stream, _)| self.spawn(stream)),
+                Listener::Unix(l, _) => l
+                    .accept()
+                    .await
+                    .map(|(stream, _)| self.spawn(stream, &"unix")),
             };
             if let Err(e) = accepted {
                 // Out of descriptors or memory: wait for some to free up
@@ -286,15 +290,14 @@ impl Server {
         }
     }
 
-    fn spawn<S>(&self, stream: S)
+    /// Serves `stream` in its own task; its log lines carry `peer`.
+    fn spawn<S>(&self, stream: S, peer: &dyn std::fmt::Display)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        tokio::spawn(connection::serve(
-            stream,
-            self.shared.clone(),
-            self.max_job_size,
-        ));
+        let span = tracing::info_span!("client", peer = %peer);
+        let serve = connection::serve(stream, self.shared.clone(), self.max_job_size);
+        tokio::spawn(serve.instrument(span));
     }
 }
 

@@ -255,6 +255,34 @@ fn every_flag_reads_its_sprout_variable() {
         let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
         assert_eq!(v["level"], "INFO", "{line}");
     }
+    // -V logs each connection's open and close, with the client's address.
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON log line"))
+        .filter(|v: &serde_json::Value| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("connection "))
+        })
+        .collect();
+    let peers: Vec<(&str, &str)> = events
+        .iter()
+        .map(|v| {
+            let peer = v["span"]["peer"].as_str().unwrap_or("?");
+            let what = v["fields"]["message"].as_str().unwrap();
+            let kind = match peer {
+                "unix" => "unix",
+                p if p.starts_with("127.0.0.1:") => "tcp",
+                _ => "?",
+            };
+            (what, kind)
+        })
+        .collect();
+    for event in ["connection opened", "connection closed"] {
+        for peer in ["tcp", "unix"] {
+            assert!(peers.contains(&(event, peer)), "{event} {peer}: {log}");
+        }
+    }
 }
 
 #[test]

@@ -3,9 +3,10 @@
 #
 # Needs: a Rust toolchain, python3 (for a real client from PyPI),
 # redis-server (for the Redis TTL bridge tests), promtool, chromium and
-# chromedriver (for the HTTP tests); each installed with apt-get when
-# missing and run as root, else those tests print a note and pass (under
-# CI=true they fail).
+# chromedriver (for the HTTP tests), systemd's tools, dpkg and podman (for
+# the service tests; cargo-deb comes from crates.io); each installed with
+# apt-get when missing and run as root, else those tests print a note and
+# pass (under CI=true they fail).
 # Idempotent: a second run reuses the Python environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,13 @@ missing=""
 command -v promtool >/dev/null || missing="$missing prometheus"
 command -v chromium >/dev/null || missing="$missing chromium"
 command -v chromedriver >/dev/null || missing="$missing chromium-driver"
+# The service tests: systemd-analyze and systemd-socket-activate, the
+# package's Depends (adduser), podman (with runc) and a base image's maker.
+command -v systemd-analyze >/dev/null || missing="$missing systemd"
+command -v adduser >/dev/null || missing="$missing adduser"
+for tool in podman runc mmdebstrap; do
+    command -v $tool >/dev/null || missing="$missing $tool"
+done
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi
@@ -31,3 +39,11 @@ fi
 cargo build --release --bin sprout
 cargo test --workspace
 "$venv/bin/python" tests/clients/greenstalk_smoke.py target/release/sprout
+
+# `cargo install --path .` works (reusing the release build above).
+installed=$(mktemp -d)
+cargo install --quiet --locked --path . --root "$installed" --target-dir target
+"$installed/bin/sprout" -v
+rm -rf "$installed"
+bash tests/package.sh
+bash tests/container.sh

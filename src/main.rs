@@ -64,7 +64,8 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     let http = match sprout::http::Options::from_args(&args.http) {
         Ok(None) => None,
         Ok(Some(options)) => {
-            match sprout::http::Port::bind(&options, args.effective_max_job_size()).await {
+            let store = args.binlog_dir.clone();
+            match sprout::http::Port::bind(&options, args.effective_max_job_size(), store).await {
                 Ok(port) => Some(port),
                 Err(e) => {
                     return fail(
@@ -96,6 +97,10 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     if let Some(dir) = &args.binlog_dir {
         service::status(&format!("recovering jobs from {}", dir.display()));
     }
+    let status = bridge::Status::default();
+    if let (Some(port), Some(config)) = (&http, &embedded) {
+        port.show_bridge(&config.tube, &config.timer_tube, status.clone());
+    }
     let server = match Server::open(listeners, &args) {
         Ok(server) => server.with_http(http),
         Err(e) => return fail("cannot start", e),
@@ -103,7 +108,8 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     if let Some(config) = embedded {
         let connector = bridge::server_side::Connector::Local(server.local_connector());
         tokio::spawn(async move {
-            if let Err(e) = bridge::run(config, connector, std::future::pending()).await {
+            let run = bridge::run_reporting(config, connector, std::future::pending(), &status);
+            if let Err(e) = run.await {
                 tracing::error!(error = %e, "the embedded Redis bridge stopped");
             }
         });

@@ -1,6 +1,7 @@
 //! `/metrics` on a live server: checked by Debian's `promtool`, named as
 //! beanstalkd_exporter names them, with the values `stats` reports.
 
+mod bridge_common;
 mod common;
 mod http_client;
 
@@ -145,4 +146,52 @@ fn a_live_scrape_passes_promtool_and_matches_stats() {
         None,
         "text is left out"
     );
+}
+
+#[test]
+fn store_and_embedded_bridge_figures() {
+    if !bridge_common::can_run("store_and_embedded_bridge_figures") {
+        return;
+    }
+    let redis = bridge_common::Redis::start();
+    let dir = common::TempDir::new();
+    let store = dir.path().join("store");
+    let url = redis.url();
+    let args = [
+        "-b",
+        store.to_str().unwrap(),
+        "--redis-bridge",
+        &url,
+        "--bridge-tube",
+        "expired",
+        "--bridge-match",
+        "session:*",
+    ];
+    let (_server, http) = start(&args);
+    redis.set_px("session:1", "x", 600_000);
+    redis.set_px("session:2", "x", 600_000);
+    // The bridge learns the keys from Redis's events or its first scan.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let scrape = loop {
+        let scrape = http.raw("GET", "/metrics", &[], None).text;
+        let done = sample(&scrape, "sprout_bridge_timers_pending") == Some(2.0)
+            && sample(&scrape, "sprout_bridge_keys") == Some(2.0);
+        if done || std::time::Instant::now() > deadline {
+            break scrape;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(sample(&scrape, "sprout_bridge_keys"), Some(2.0), "{scrape}");
+    assert_eq!(sample(&scrape, "sprout_bridge_timers_pending"), Some(2.0));
+    let on_disk = sample(&scrape, "sprout_store_disk_bytes").expect("with -b");
+    assert!(on_disk > 0.0, "{on_disk}");
+    let server = http.ok("/api/server");
+    assert_eq!(server["bridge"]["tube"], "expired");
+    assert_eq!(server["bridge"]["keys"], 2);
+    assert_eq!(server["bridge"]["timers_pending"], 2);
+    assert!(server["store_disk_bytes"].as_u64().unwrap() > 0);
+    if let Some(promtool_path) = program("promtool") {
+        let (ok, report) = promtool(&promtool_path, &scrape);
+        assert!(ok, "{report}");
+    }
 }

@@ -114,7 +114,30 @@ pub async fn run(
     connector: Connector,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    run_reporting(config, connector, shutdown, &Status::default()).await
+}
+
+/// What a running bridge shows its host, read-only (the HTTP port's
+/// metrics and dashboard): how many keys its index tracks.
+#[derive(Clone, Default)]
+pub struct Status(Arc<std::sync::OnceLock<Index>>);
+
+impl Status {
+    /// Keys in the index; `None` until the bridge has opened it.
+    pub fn keys(&self) -> Option<usize> {
+        self.0.get().map(Index::len)
+    }
+}
+
+/// [`run`], filling in `status` once the index is open.
+pub async fn run_reporting(
+    config: Config,
+    connector: Connector,
+    shutdown: impl Future<Output = ()>,
+    status: &Status,
+) -> io::Result<()> {
     let index = Index::open(&config.state_dir)?;
+    let _ = status.0.set(index.clone());
     tracing::info!(
         keys = index.len(),
         "bridge index open in {}",

@@ -25,6 +25,7 @@ use super::batch;
 use super::error::ApiError;
 use super::extract::{Json, Query};
 use super::figures;
+use super::metrics::BridgeFigures;
 
 /// Job bodies up to this size are inlined in `GET /api/jobs/{id}`; larger
 /// ones only through `/api/jobs/{id}/body`.
@@ -166,8 +167,28 @@ fn job_json(j: &JobInfo) -> Map<String, Value> {
 }
 
 async fn server(State(app): State<Arc<App>>) -> Reply {
-    let doc = app.read(|engine, now| engine.stats_at(now))?;
-    ok(json!({ "stats": document(&doc) }))
+    let store_disk_bytes = app.store_bytes().await;
+    let (doc, bridge) = app.read(|engine, now| {
+        let bridge = app.bridge().map(|bridge| {
+            let tubes = [&bridge.tube, &bridge.timers]
+                .into_iter()
+                .filter_map(|name| engine.tube_figures_of(name, now))
+                .collect::<Vec<_>>();
+            let figures = BridgeFigures::of(bridge, &tubes);
+            json!({
+                "tube": bridge.tube.as_str(),
+                "timer_tube": bridge.timers.as_str(),
+                "keys": figures.keys,
+                "timers_pending": figures.timers_pending,
+            })
+        });
+        (engine.stats_at(now), bridge)
+    })?;
+    ok(json!({
+        "stats": document(&doc),
+        "store_disk_bytes": store_disk_bytes,
+        "bridge": bridge,
+    }))
 }
 
 async fn history(State(app): State<Arc<App>>) -> Reply {

@@ -2,7 +2,12 @@
 //! access token, the history of recent figures, and the one way handlers
 //! change the queue.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+
+use sprout_protocol::TubeName;
+
+use crate::bridge;
 
 use crate::engine::Engine;
 use crate::shared::Shared;
@@ -17,6 +22,18 @@ pub struct App {
     pub token: Option<String>,
     pub token_metrics: bool,
     pub history: History,
+    /// `-b DIR`, if any.
+    pub store_dir: Option<PathBuf>,
+    bridge: OnceLock<Bridge>,
+}
+
+/// The embedded Redis bridge, as the HTTP port shows it.
+pub struct Bridge {
+    /// Where deliveries go.
+    pub tube: TubeName,
+    /// Where its pending timers wait.
+    pub timers: TubeName,
+    pub status: bridge::Status,
 }
 
 impl App {
@@ -26,7 +43,26 @@ impl App {
             token,
             token_metrics,
             history: History::default(),
+            store_dir: None,
+            bridge: OnceLock::new(),
         }
+    }
+
+    pub fn show_bridge(&self, bridge: Bridge) {
+        let _ = self.bridge.set(bridge);
+    }
+
+    /// The embedded bridge, when one runs.
+    pub fn bridge(&self) -> Option<&Bridge> {
+        self.bridge.get()
+    }
+
+    /// Bytes under `-b DIR` (files, recursively); `None` without a store.
+    pub async fn store_bytes(&self) -> Option<u64> {
+        let dir = self.store_dir.clone()?;
+        tokio::task::spawn_blocking(move || disk_usage(&dir))
+            .await
+            .ok()
     }
 
     /// Hands the recovered server over; until then every call but the
@@ -85,4 +121,20 @@ pub async fn stored(shared: &Shared, seq: Seq) -> Result<bool, ApiError> {
         .await
         .map_err(|_| ApiError::unavailable("the store stopped"))?;
     Ok(!progress.failed(seq))
+}
+
+/// The sizes of the files under `dir`, added up (what `du -b` would say of
+/// the store: its data files, whatever the store's layout).
+fn disk_usage(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => disk_usage(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }

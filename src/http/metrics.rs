@@ -24,7 +24,7 @@ use prometheus_client::registry::Registry;
 
 use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
 
-use super::app::App;
+use super::app::{App, Bridge};
 use super::error::ApiError;
 use super::figures;
 
@@ -34,10 +34,14 @@ const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset
 const SKIPPED: [&str; 1] = ["pid"];
 
 pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> {
-    let snapshot = app.read(|engine, now| Snapshot {
+    let store_bytes = app.store_bytes().await;
+    let mut snapshot = app.read(|engine, now| Snapshot {
         stats: engine.stats_at(now),
         tubes: engine.tube_figures(now),
+        store_bytes,
+        bridge: None,
     })?;
+    snapshot.bridge = app.bridge().map(|b| BridgeFigures::of(b, &snapshot.tubes));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
     let mut body = String::with_capacity(16 * 1024);
@@ -50,6 +54,26 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> 
 struct Snapshot {
     stats: Bytes,
     tubes: Vec<TubeFigures>,
+    store_bytes: Option<u64>,
+    bridge: Option<BridgeFigures>,
+}
+
+/// The embedded bridge's figures.
+pub struct BridgeFigures {
+    /// Keys its index tracks (`None` until it has opened the index).
+    pub keys: Option<usize>,
+    /// Timer jobs waiting in its timer tube (delayed, ready or being fired).
+    pub timers_pending: u64,
+}
+
+impl BridgeFigures {
+    pub fn of(bridge: &Bridge, tubes: &[TubeFigures]) -> BridgeFigures {
+        let timers = tubes.iter().find(|t| t.name == bridge.timers);
+        BridgeFigures {
+            keys: bridge.status.keys(),
+            timers_pending: timers.map_or(0, |t| t.ready + t.delayed + t.reserved),
+        }
+    }
 }
 
 impl fmt::Debug for Snapshot {
@@ -86,6 +110,32 @@ impl Collector for Snapshot {
         )?;
         for (tube, age) in oldest {
             metric.encode_family(&label(tube))?.encode_gauge(&age)?;
+        }
+        let mut gauge = |name: &str, help: &str, value: f64| -> fmt::Result {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&value)
+        };
+        if let Some(bytes) = self.store_bytes {
+            gauge(
+                "sprout_store_disk_bytes",
+                "Bytes of the files under -b DIR",
+                bytes as f64,
+            )?;
+        }
+        if let Some(bridge) = &self.bridge {
+            if let Some(keys) = bridge.keys {
+                gauge(
+                    "sprout_bridge_keys",
+                    "Redis keys the embedded bridge tracks",
+                    keys as f64,
+                )?;
+            }
+            gauge(
+                "sprout_bridge_timers_pending",
+                "Timer jobs of the embedded bridge not yet fired",
+                bridge.timers_pending as f64,
+            )?;
         }
         Ok(())
     }

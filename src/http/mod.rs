@@ -22,12 +22,15 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::routing::get;
 use axum::Router;
+use sprout_protocol::TubeName;
 use tokio::net::TcpListener;
 
+use crate::bridge;
 use crate::shared::Shared;
 
 pub mod api;
@@ -56,10 +59,17 @@ impl Port {
     /// Binds `options`' address and starts serving (health checks at once,
     /// the rest once [`Port::attach`] is called). `max_job_size` bounds the
     /// bodies of puts.
-    pub async fn bind(options: &Options, max_job_size: u32) -> io::Result<Port> {
+    /// `store` is `-b DIR`, whose size on disk `/metrics` reports.
+    pub async fn bind(
+        options: &Options,
+        max_job_size: u32,
+        store: Option<PathBuf>,
+    ) -> io::Result<Port> {
         let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
         let addr = listener.local_addr()?;
-        let app = Arc::new(App::new(options.token.clone(), options.token_metrics));
+        let mut app = App::new(options.token.clone(), options.token_metrics);
+        app.store_dir = store;
+        let app = Arc::new(app);
         let router = router(app.clone(), max_job_size);
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
@@ -71,6 +81,16 @@ impl Port {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The embedded Redis bridge runs, delivering to `tube` with timers in
+    /// `timers`: show it.
+    pub fn show_bridge(&self, tube: &TubeName, timers: &TubeName, status: bridge::Status) {
+        self.app.show_bridge(app::Bridge {
+            tube: tube.clone(),
+            timers: timers.clone(),
+            status,
+        });
     }
 
     /// The server has recovered: serve it.

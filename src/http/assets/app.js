@@ -78,7 +78,7 @@ function route() {
 async function refresh() {
   try {
     const server = await api("/api/server");
-    drawServer(server.stats);
+    drawServer(server.stats, server);
     if (view.page === "overview") await refreshOverview();
     if (view.page === "tube") await refreshTube();
     if (view.page === "job") await refreshJob();
@@ -88,7 +88,15 @@ async function refresh() {
   }
 }
 
-function drawServer(s) {
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function drawServer(s, server) {
   $("#server-line").textContent =
     `v${s.version} · up ${duration(s.uptime)} · ${s.current_connections} connections · ${s.current_workers} workers · ${s.current_producers} producers · pid ${s.pid}`;
   const status = $("#status");
@@ -104,6 +112,11 @@ function drawServer(s) {
     ["tubes", number(s.current_tubes)],
     ["jobs put", number(s.total_jobs)],
     ["TTR timeouts", number(s.job_timeouts)],
+    ...(server.store_disk_bytes !== null ? [["store on disk", bytes(server.store_disk_bytes)]] : []),
+    ...(server.bridge ? [
+      ["bridge keys", number(server.bridge.keys ?? undefined), "bridge-keys"],
+      [`bridge timers (${server.bridge.timer_tube})`, number(server.bridge.timers_pending), "bridge-timers"],
+    ] : []),
   ]);
 }
 

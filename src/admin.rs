@@ -182,11 +182,7 @@ fn request(command: &AdminCommand) -> Request {
 fn call(args: &AdminArgs) -> Result<String, String> {
     let token = match (&args.token, &args.token_file) {
         (Some(token), _) => Some(token.clone()),
-        (None, Some(file)) => {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| format!("--token-file {}: {e}", file.display()))?;
-            Some(text.lines().next().unwrap_or("").trim().to_owned())
-        }
+        (None, Some(file)) => Some(crate::http::config::read_token(file, "--token-file")?),
         (None, None) => None,
     };
     let (method, path, body) = request(&args.command);

@@ -80,11 +80,7 @@ impl Engine {
         max: usize,
         now: Time,
     ) -> Result<u64, AdminError> {
-        self.tick(now);
-        if state == State::Reserved {
-            return Err(AdminError::Reserved);
-        }
-        let Some(t) = self.tubes.find(name) else {
+        let Some(t) = self.batch_source(name, state, now)? else {
             return Ok(0);
         };
         let mut done = 0;
@@ -115,11 +111,7 @@ impl Engine {
         max: usize,
         now: Time,
     ) -> Result<u64, AdminError> {
-        self.tick(now);
-        if state == State::Reserved {
-            return Err(AdminError::Reserved);
-        }
-        let Some(source) = self.tubes.find(from) else {
+        let Some(source) = self.batch_source(from, state, now)? else {
             return Ok(0);
         };
         if from == to {
@@ -202,6 +194,21 @@ impl Engine {
     /// Whether drain mode is on.
     pub fn draining(&self) -> bool {
         self.draining
+    }
+
+    /// The tube a flush or move takes jobs from, if it exists: never
+    /// reserved ones, which belong to their holders.
+    fn batch_source(
+        &mut self,
+        name: &TubeName,
+        state: State,
+        now: Time,
+    ) -> Result<Option<u32>, AdminError> {
+        self.tick(now);
+        if state == State::Reserved {
+            return Err(AdminError::Reserved);
+        }
+        Ok(self.tubes.find(name))
     }
 
     /// The first job of tube `t` in `state`, in that state's order.

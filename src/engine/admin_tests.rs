@@ -4,26 +4,15 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use sprout_protocol::{Command as C, JobId, Response as R, TubeName};
+use sprout_protocol::{Command as C, JobId, Response as R};
 
-use super::{AdminError, Config, ConnId, Cursor, Engine, Outcome, Record, State, Time};
+use super::tests::{engine_with, name};
+use super::{AdminError, ConnId, Cursor, Engine, Outcome, Record, State, Time};
 
 const S: Time = 1_000_000;
 
 fn engine() -> Engine {
-    Engine::new(
-        Config {
-            max_job_size: 65_535,
-            binlog_max_size: 10_485_760,
-            journal: true,
-            binlog: Default::default(),
-        },
-        0,
-    )
-}
-
-fn name(s: &str) -> TubeName {
-    TubeName::new(s.as_bytes()).unwrap()
+    engine_with(true)
 }
 
 fn run(e: &mut Engine, c: ConnId, cmd: C, now: Time) -> R {

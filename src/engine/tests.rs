@@ -15,18 +15,23 @@ use super::{Config, ConnId, Engine, Outcome, Time};
 const S: Time = 1_000_000;
 
 fn engine() -> Engine {
+    engine_with(false)
+}
+
+/// An engine at time 0 with beanstalkd's default limits, journaling or not.
+pub(super) fn engine_with(journal: bool) -> Engine {
     Engine::new(
         Config {
             max_job_size: 65_535,
             binlog_max_size: 10_485_760,
-            journal: false,
+            journal,
             binlog: Default::default(),
         },
         0,
     )
 }
 
-fn name(s: &str) -> TubeName {
+pub(super) fn name(s: &str) -> TubeName {
     TubeName::new(s.as_bytes()).unwrap()
 }
 

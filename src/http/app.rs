@@ -21,7 +21,7 @@ pub struct App {
     server: OnceLock<Arc<Shared>>,
     pub token: Option<String>,
     pub token_metrics: bool,
-    pub history: History,
+    pub history: Arc<History>,
     /// `-b DIR`, if any.
     pub store_dir: Option<PathBuf>,
     bridge: OnceLock<Bridge>,
@@ -42,7 +42,7 @@ impl App {
             server: OnceLock::new(),
             token,
             token_metrics,
-            history: History::default(),
+            history: Arc::default(),
             store_dir: None,
             bridge: OnceLock::new(),
         }

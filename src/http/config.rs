@@ -1,6 +1,6 @@
 //! The `--http*` flags and what they resolve to.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -52,11 +52,7 @@ impl Options {
         let (host, port) = parse_addr(addr)?;
         let token = match (&args.token, &args.token_file) {
             (Some(token), _) => Some(token.clone()),
-            (None, Some(file)) => {
-                let text = std::fs::read_to_string(file)
-                    .map_err(|e| format!("--http-token-file {}: {e}", file.display()))?;
-                Some(text.lines().next().unwrap_or("").trim().to_owned())
-            }
+            (None, Some(file)) => Some(read_token(file, "--http-token-file")?),
             (None, None) => None,
         };
         if token.as_deref() == Some("") {
@@ -72,6 +68,13 @@ impl Options {
             token_metrics: args.token_metrics,
         }))
     }
+}
+
+/// The token in `file`: its first line, trimmed (`flag` names it in errors).
+pub fn read_token(file: &Path, flag: &str) -> Result<String, String> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("{flag} {}: {e}", file.display()))?;
+    Ok(text.lines().next().unwrap_or("").trim().to_owned())
 }
 
 /// `ADDR:PORT`, `[V6]:PORT`, `:PORT` or `PORT` (the last two on loopback,

@@ -59,8 +59,8 @@ impl History {
     }
 }
 
-/// Samples `shared` into `app`'s history every second, for ever.
-pub async fn sample(app: Arc<super::app::App>, shared: Arc<Shared>) {
+/// Samples `shared` into `history` every second, for ever.
+pub async fn sample(history: Arc<History>, shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last = Histogram::default();
@@ -76,7 +76,7 @@ pub async fn sample(app: Arc<super::app::App>, shared: Arc<Shared>) {
         last = latency.reserve_wait;
         let get = |key| figures::get(&doc, key);
         let seconds = |micros: f64| micros / 1e6;
-        app.history.push(Sample {
+        history.push(Sample {
             t: now as f64 / 1e6,
             puts: get("cmd-put"),
             reserves: get("cmd-reserve") + get("cmd-reserve-with-timeout"),

@@ -96,7 +96,7 @@ impl Port {
     /// The server has recovered: serve it.
     pub fn attach(&self, shared: Arc<Shared>) {
         self.app.attach(shared.clone());
-        tokio::spawn(history::sample(self.app.clone(), shared));
+        tokio::spawn(history::sample(self.app.history.clone(), shared));
     }
 }
 

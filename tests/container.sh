@@ -14,19 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-note() { echo "container test: $*"; }
-unavailable() {
-    if [ "${CI:-}" = true ]; then
-        note "FAILED: $*"
-        exit 1
-    fi
-    note "skipped: $*"
-    exit 0
-}
-fail() {
-    note "FAILED: $*"
-    exit 1
-}
+name="container test"
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 
 [ "$(id -u)" = 0 ] || unavailable "needs root"
 for tool in podman runc mmdebstrap; do
@@ -65,30 +55,6 @@ pod build --quiet --format docker --pull=never --build-arg SPROUT_FROM=prebuilt 
     --build-arg RUNTIME_IMAGE="$base" -t "$image" . >/dev/null || fail "podman build"
 note "built $image"
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-# Sends $2 to 127.0.0.1:$1 once it accepts; prints the first reply line.
-ask() {
-    python3 - "$1" "$2" <<'EOF'
-import socket, sys, time
-deadline = time.time() + 10
-while True:
-    try:
-        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-        s.settimeout(5)
-        s.sendall(sys.argv[2].encode().decode("unicode_escape").encode())
-        reply = s.recv(4096).decode()
-        if reply:
-            print(reply.split("\r\n")[0])
-            break
-    except OSError:
-        pass
-    if time.time() > deadline:
-        sys.exit("no answer on port %s" % sys.argv[1])
-    time.sleep(0.1)
-EOF
-}
 run() {
     local name=$1
     shift

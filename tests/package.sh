@@ -11,24 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-note() { echo "package test: $*"; }
-unavailable() {
-    if [ "${CI:-}" = true ]; then
-        note "FAILED: $*"
-        exit 1
-    fi
-    note "skipped: $*"
-    exit 0
-}
-fail() {
-    note "FAILED: $*"
-    exit 1
-}
+name="package test"
+# shellcheck source=tests/lib.sh
+. tests/lib.sh
 
 [ "$(id -u)" = 0 ] || unavailable "needs root (dpkg -i)"
 command -v dpkg >/dev/null || unavailable "dpkg is not installed"
 command -v systemd-analyze >/dev/null || unavailable "systemd-analyze is not installed"
-if dpkg-query -W -f '${Status}' sprout 2>/dev/null | grep -q installed; then
+if [ "$(dpkg-query -W -f '${Status}' sprout 2>/dev/null || true)" = "install ok installed" ]; then
     unavailable "a sprout package is installed already; not touching it"
 fi
 if getent passwd sprout >/dev/null || [ -e /var/lib/sprout ]; then
@@ -89,7 +79,7 @@ note "files, user, /var/lib/sprout and units are as they should be"
 
 # The packaged binary, as the sprout user, with the packaged settings: only
 # the port changes (11301 may be taken on a shared machine).
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 (
     set -a
     # shellcheck disable=SC1091
@@ -98,21 +88,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
     exec setpriv --reuid=sprout --regid=sprout --init-groups /usr/bin/sprout
 ) 2>/tmp/sprout-package-test.log &
 pid=$!
-reply=$(python3 - "$port" <<'EOF'
-import socket, sys, time
-deadline = time.time() + 10
-while True:
-    try:
-        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-        break
-    except OSError:
-        if time.time() > deadline:
-            raise
-        time.sleep(0.05)
-s.sendall(b"put 0 0 60 8\r\npackaged\r\n")
-print(s.recv(100).decode().strip())
-EOF
-) || fail "the packaged service did not answer: $(cat /tmp/sprout-package-test.log)"
+reply=$(ask "$port" 'put 0 0 60 8\r\npackaged\r\n') || fail "the packaged service did not answer: $(cat /tmp/sprout-package-test.log)"
 [[ "$reply" == "INSERTED "* ]] || fail "put answered $reply"
 kill -TERM "$pid"
 wait "$pid" || fail "sprout exited $? after SIGTERM: $(cat /tmp/sprout-package-test.log)"

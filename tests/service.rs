@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{binary, sprout_only, Client, TempDir, TestServer};
+use common::{binary, sprout_only, tool_available, Client, TempDir, TestServer};
 
 /// A server process started with its own environment; killed on drop.
 struct Service {
@@ -120,23 +120,6 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Whether `tool` is installed; prints a note if not, and panics under CI.
-fn have(tool: &str, test: &str) -> bool {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: {tool} is not installed (.ci/run installs systemd)");
-        }
-        eprintln!("skipping {test}: {tool} is not installed");
-    }
-    found
 }
 
 /// The service manager's end of `NOTIFY_SOCKET`: a bound unix datagram socket.
@@ -404,7 +387,7 @@ fn ready_is_sent_after_recovery_and_stopping_at_shutdown() {
 #[test]
 fn socket_activation_serves_the_sockets_systemd_passes() {
     let test = "socket_activation_serves_the_sockets_systemd_passes";
-    if !sprout_only(test) || !have("systemd-socket-activate", test) {
+    if !sprout_only(test) || !tool_available("systemd-socket-activate", test) {
         return;
     }
     let dir = TempDir::new();
@@ -456,7 +439,7 @@ fn socket_activation_serves_the_sockets_systemd_passes() {
 #[test]
 fn a_passed_socket_that_is_not_a_stream_is_refused() {
     let test = "a_passed_socket_that_is_not_a_stream_is_refused";
-    if !sprout_only(test) || !have("systemd-socket-activate", test) {
+    if !sprout_only(test) || !tool_available("systemd-socket-activate", test) {
         return;
     }
     let port = TestServer::free_port();
@@ -495,7 +478,7 @@ fn units_under_test(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn the_units_pass_systemd_analyze() {
     let test = "the_units_pass_systemd_analyze";
-    if !sprout_only(test) || !have("systemd-analyze", test) {
+    if !sprout_only(test) || !tool_available("systemd-analyze", test) {
         return;
     }
     let dir = TempDir::new();

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{sprout_only, Client, TempDir, TestServer};
+use crate::common::{sprout_only, tool_available, Client, TempDir, TestServer};
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> i64 {
@@ -25,21 +25,7 @@ pub fn now_ms() -> i64 {
 
 /// Whether the bridge tests can run here; prints why not.
 pub fn can_run(test: &str) -> bool {
-    if !sprout_only(test) {
-        return false;
-    }
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: redis-server is not installed (.ci/run installs it)");
-        }
-        eprintln!("skipping {test}: redis-server is not installed");
-    }
-    found
+    sprout_only(test) && tool_available("redis-server", test)
 }
 
 /// A `redis-server` on a free port, without persistence; killed on drop.

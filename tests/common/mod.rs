@@ -52,6 +52,25 @@ pub fn sprout_only(test: &str) -> bool {
     true
 }
 
+/// Whether the external program `tool` runs here (`tool --version`). If
+/// not, prints that `test` is skipped, or panics under CI (`CI=true`),
+/// where .ci/run installs every tool the tests need.
+pub fn tool_available(tool: &str, test: &str) -> bool {
+    let found = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{test}: {tool} is not installed (.ci/run installs it)");
+        }
+        eprintln!("skipping {test}: {tool} is not installed");
+    }
+    found
+}
+
 /// A scratch directory removed on drop (kept short: unix socket paths are
 /// limited to 107 bytes).
 pub struct TempDir(PathBuf);

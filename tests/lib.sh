@@ -1,0 +1,45 @@
+# Helpers the shell tests source (tests/package.sh, tests/container.sh).
+# Each sets `name` first; every line it prints starts with it.
+
+note() { echo "$name: $*"; }
+# A tool or privilege the test needs is missing: a note, or under CI a failure.
+unavailable() {
+    if [ "${CI:-}" = true ]; then
+        note "FAILED: $*"
+        exit 1
+    fi
+    note "skipped: $*"
+    exit 0
+}
+fail() {
+    note "FAILED: $*"
+    exit 1
+}
+
+# A TCP port free on 127.0.0.1 right now.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# ask PORT BYTES: waits (up to 10 s) until 127.0.0.1:PORT answers BYTES
+# (backslash escapes such as \r\n are decoded), prints the first reply line.
+ask() {
+    python3 - "$1" "$2" <<'PY'
+import socket, sys, time
+deadline = time.time() + 10
+while True:
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        s.settimeout(5)
+        s.sendall(sys.argv[2].encode().decode("unicode_escape").encode())
+        reply = s.recv(4096).decode()
+        if reply:
+            print(reply.split("\r\n")[0])
+            break
+    except OSError:
+        pass
+    if time.time() > deadline:
+        sys.exit("no answer on port %s" % sys.argv[1])
+    time.sleep(0.1)
+PY
+}

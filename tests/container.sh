@@ -18,17 +18,8 @@ name="container test"
 # shellcheck source=tests/lib.sh
 . tests/lib.sh
 
-[ "$(id -u)" = 0 ] || unavailable "needs root"
-for tool in podman runc mmdebstrap; do
-    command -v "$tool" >/dev/null || unavailable "$tool is not installed"
-done
+need_podman
 [ -x target/release/sprout ] || fail "no target/release/sprout (cargo build --release first)"
-
-# crun, podman's default, cannot run containers on this host's hybrid
-# cgroup layout; runc can. This sandbox also lacks CAP_SYS_RESOURCE, so the
-# limits are set to what podman itself lowers them to.
-pod() { podman --runtime runc "$@"; }
-limits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
 
 base=localhost/sprout-test/debian:bookworm
 image=localhost/sprout-test/sprout:$$
@@ -41,15 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! pod image exists "$base"; then
-    note "making $base with mmdebstrap"
-    tar=$(mktemp --suffix=.tar)
-    mmdebstrap --quiet --variant=minbase --mode=root \
-        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-        --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$tar"
-    pod import "$tar" "$base" >/dev/null
-    rm -f "$tar"
-fi
+debian_image "$base"
 
 pod build --quiet --format docker --pull=never --build-arg SPROUT_FROM=prebuilt \
     --build-arg RUNTIME_IMAGE="$base" -t "$image" . >/dev/null || fail "podman build"

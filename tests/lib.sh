@@ -1,4 +1,4 @@
-# Helpers the shell tests source (tests/package.sh, tests/container.sh).
+# Helpers the shell tests source (tests/package.sh, container.sh, systemd.sh).
 # Each sets `name` first; every line it prints starts with it.
 
 note() { echo "$name: $*"; }
@@ -14,6 +14,35 @@ unavailable() {
 fail() {
     note "FAILED: $*"
     exit 1
+}
+
+# The container tests: root, podman, runc and mmdebstrap.
+need_podman() {
+    [ "$(id -u)" = 0 ] || unavailable "needs root"
+    for tool in podman runc mmdebstrap; do
+        command -v "$tool" >/dev/null || unavailable "$tool is not installed"
+    done
+}
+
+# crun, podman's default, cannot run containers on this host's hybrid
+# cgroup layout; runc can. This sandbox also lacks CAP_SYS_RESOURCE, so the
+# limits are set to what podman itself lowers them to.
+pod() { podman --runtime runc "$@"; }
+limits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
+
+# debian_image TAG [PACKAGES]: a local Debian bookworm image (minbase plus
+# PACKAGES, comma-separated) made by mmdebstrap from Debian's packages, as no
+# image registry is reachable here; kept for the next run.
+debian_image() {
+    pod image exists "$1" && return
+    note "making $1 with mmdebstrap"
+    local tar
+    tar=$(mktemp --suffix=.tar)
+    mmdebstrap --quiet --variant=minbase --mode=root ${2:+--include="$2"} \
+        --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+        --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$tar"
+    pod import "$tar" "$1" >/dev/null
+    rm -f "$tar"
 }
 
 # A TCP port free on 127.0.0.1 right now.

@@ -46,4 +46,5 @@ cargo install --quiet --locked --path . --root "$installed" --target-dir target
 "$installed/bin/sprout" -v
 rm -rf "$installed"
 bash tests/package.sh
+bash tests/systemd.sh
 bash tests/container.sh

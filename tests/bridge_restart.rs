@@ -10,37 +10,14 @@ use std::collections::BTreeSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bridge_common::{assert_on_time, can_run, now_ms, Bridge, Redis, Setup, Worker};
+use bridge_common::{
+    assert_on_time, can_run, keys, now_ms, start_embedded, wait_numpat, wait_timers, Bridge, Redis,
+    Setup, Worker, TIMERS,
+};
 use common::{Addr, TempDir, TestServer};
 
-const TIMERS: &str = "bridge-timers.offline";
 /// Lateness allowed right after a restart: reconnecting backs off.
 const MAX_LATE_MS_RESTART: i64 = 2_500;
-
-/// Polls `stats-tube` of the timer tube until `n` timers are delayed.
-#[track_caller]
-fn wait_timers(worker: &mut Worker, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let delayed = worker.tube_stat(TIMERS, "current-jobs-delayed");
-        if delayed == n.to_string() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{delayed} timers delayed, wanted {n}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Deliveries as a set of (key, expire_at_ms); duplicates (allowed across
-/// a crash) must carry the same pair, so they collapse.
-fn keys(got: &[bridge_common::Delivered]) -> BTreeSet<(String, i64)> {
-    got.iter()
-        .map(|d| (d.key.clone(), d.expire_at_ms))
-        .collect()
-}
 
 #[test]
 fn a_bridge_killed_with_9_loses_no_expiry() {
@@ -121,31 +98,7 @@ fn the_embedded_bridge_survives_a_server_killed_with_9() {
     let redis = Redis::start();
     let store = TempDir::new();
     let port = TestServer::free_port();
-    let url = redis.url();
-    let start = || {
-        let port_s = port.to_string();
-        let store = store.path().to_str().expect("UTF-8 path");
-        let args = [
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port_s,
-            "-b",
-            store,
-            "-f",
-            "0",
-            "--redis-bridge",
-            &url,
-            "--bridge-tube",
-            "offline",
-            "--bridge-match",
-            "dev:*",
-        ];
-        let server = TestServer::spawn(&args, Addr::Tcp(port)).expect("start the server");
-        // Subscribed to the key pattern: the bridge follows events.
-        wait_numpat(&redis, 1);
-        server
-    };
+    let start = || start_embedded(&redis, port, store.path());
     let mut server = start();
     let mut worker = Worker::new(port, "offline");
     let first = redis.set_px("dev:a", "x", 300);
@@ -170,23 +123,6 @@ fn the_embedded_bridge_survives_a_server_killed_with_9() {
     );
     for d in &got {
         assert_on_time(d, 1_000);
-    }
-}
-
-/// Waits (5 s at most) until Redis counts `n` pattern subscriptions.
-#[track_caller]
-fn wait_numpat(redis: &Redis, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let got: i64 = redis.run(&["PUBSUB", "NUMPAT"]);
-        if got == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "PUBSUB NUMPAT is {got}, wanted {n}"
-        );
-        thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -8,8 +8,11 @@
 //! `V` means the bytes after the key are the captured value.
 //!
 //! A **delivery** (the user's tube) is JSON `{"key", "db", "expire_at_ms",
-//! "fired_at_ms"[, "value"]}`. JSON strings are text: a key or value that
-//! is not UTF-8 is delivered with U+FFFD in place of its invalid bytes.
+//! "fired_at_ms"[, "uncertain"][, "value"]}`. `"uncertain": true` marks an
+//! expiry the bridge cannot tell from a deletion (its deadline passed while
+//! the bridge was down or not following the node, see `gaps`); the field
+//! is left out otherwise. JSON strings are text: a key or value that is
+//! not UTF-8 is delivered with U+FFFD in place of its invalid bytes.
 
 use std::io::Write;
 
@@ -77,7 +80,7 @@ impl Timer {
     /// straight into one buffer of the right size (fields in the order a
     /// `serde_json` map prints them): at 100k expiries a second, building
     /// a `serde_json::Value` first cost a tenth of the bridge's CPU.
-    pub fn delivery(&self, fired_at_ms: i64) -> Vec<u8> {
+    pub fn delivery(&self, fired_at_ms: i64, uncertain: bool) -> Vec<u8> {
         let value_len = self.value.as_ref().map_or(0, Vec::len);
         let mut out = Vec::with_capacity(96 + self.key.len() + value_len);
         let _ = write!(
@@ -86,6 +89,9 @@ impl Timer {
             self.db, self.expire_at_ms
         );
         json_string(&mut out, &self.key);
+        if uncertain {
+            out.extend_from_slice(b",\"uncertain\":true");
+        }
         if let Some(value) = &self.value {
             out.extend_from_slice(b",\"value\":");
             json_string(&mut out, value);
@@ -141,22 +147,28 @@ mod tests {
             key: b"device:42".to_vec(),
             ..timer(Some(b"online"))
         };
-        let v: serde_json::Value = serde_json::from_slice(&t.delivery(9)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&t.delivery(9, false)).unwrap();
         assert_eq!(v["key"], "device:42");
         assert_eq!(v["db"], 5);
         assert_eq!(v["expire_at_ms"], 1_700_000_000_123_i64);
         assert_eq!(v["fired_at_ms"], 9);
         assert_eq!(v["value"], "online");
+        assert!(v.get("uncertain").is_none());
+        let v: serde_json::Value = serde_json::from_slice(&t.delivery(9, true)).unwrap();
+        assert_eq!(v["uncertain"], true);
+        assert_eq!(v["value"], "online");
+        // The same bytes a JSON map prints: fields in key order.
+        assert_eq!(serde_json::to_vec(&v).unwrap(), t.delivery(9, true));
     }
 
     #[test]
     fn delivery_escapes_and_replaces_invalid_utf8() {
         let t = timer(None);
-        let v: serde_json::Value = serde_json::from_slice(&t.delivery(1)).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&t.delivery(1, false)).unwrap();
         assert_eq!(v["key"], "dev\n:\"42\u{fffd}");
         assert!(v.get("value").is_none());
         assert_eq!(
-            String::from_utf8(t.delivery(1)).unwrap(),
+            String::from_utf8(t.delivery(1, false)).unwrap(),
             "{\"db\":5,\"expire_at_ms\":1700000000123,\"fired_at_ms\":1,\"key\":\"dev\\n:\\\"42\u{fffd}\"}"
         );
     }

@@ -50,6 +50,8 @@ pub struct BridgeArgs {
 const DEFAULT_SCAN_INTERVAL: f64 = 60.0;
 const DEFAULT_PRI: u32 = 1024;
 const DEFAULT_TTR: u32 = 60;
+/// A longer lead would look at keys long before they could expire.
+const MAX_PRECHECK_MS: u64 = 3_600_000;
 
 /// The tuning flags of `sprout bridge`.
 #[derive(Clone, Debug, Args)]
@@ -70,6 +72,12 @@ pub struct BridgeOptions {
     /// expiry was extended meanwhile).
     #[arg(long = "delete-on-fire")]
     pub delete_on_fire: bool,
+
+    /// Look at each key this many ms before its deadline too: a key gone
+    /// then was deleted, and is not delivered (for deletions no event
+    /// announces, e.g. with --no-pubsub; 0: off).
+    #[arg(long = "precheck-ms", value_name = "MS", default_value_t = 0)]
+    pub precheck_ms: u64,
 
     /// Priority of delivered jobs.
     #[arg(long = "pri", value_name = "N", default_value_t = DEFAULT_PRI)]
@@ -119,6 +127,15 @@ pub struct EmbeddedArgs {
     #[arg(long = "bridge-delete-on-fire", requires = "redis")]
     pub delete_on_fire: bool,
 
+    /// See `sprout bridge --precheck-ms`.
+    #[arg(
+        long = "bridge-precheck-ms",
+        value_name = "MS",
+        requires = "redis",
+        default_value_t = 0
+    )]
+    pub precheck_ms: u64,
+
     /// See `sprout bridge --pri`.
     #[arg(long = "bridge-pri", value_name = "N", requires = "redis", default_value_t = DEFAULT_PRI)]
     pub pri: u32,
@@ -135,6 +152,7 @@ impl EmbeddedArgs {
             scan_interval: self.scan_interval,
             with_value: self.with_value,
             delete_on_fire: self.delete_on_fire,
+            precheck_ms: self.precheck_ms,
             pri: self.pri,
             ttr: self.ttr,
         }
@@ -166,6 +184,9 @@ pub struct Config {
     pub scan_interval: Duration,
     pub with_value: bool,
     pub delete_on_fire: bool,
+    /// How long before each deadline a key is looked at once more (zero:
+    /// never).
+    pub precheck: Duration,
     pub pri: u32,
     pub ttr: Duration,
 }
@@ -210,6 +231,12 @@ impl Config {
         if !(scan_secs.is_finite() && scan_secs > 0.0) {
             return Err(format!("--scan-interval must be positive, not {scan_secs}"));
         }
+        if options.precheck_ms > MAX_PRECHECK_MS {
+            return Err(format!(
+                "--precheck-ms is at most {MAX_PRECHECK_MS} (an hour), not {}",
+                options.precheck_ms
+            ));
+        }
         Ok(Config {
             nodes,
             tube: valid(tube)?,
@@ -220,6 +247,7 @@ impl Config {
             scan_interval: Duration::from_secs_f64(scan_secs),
             with_value: options.with_value,
             delete_on_fire: options.delete_on_fire,
+            precheck: Duration::from_millis(options.precheck_ms),
             pri: options.pri,
             ttr: Duration::from_secs(options.ttr.max(1).into()),
         })
@@ -280,6 +308,7 @@ mod tests {
             scan_interval: 60.0,
             with_value: false,
             delete_on_fire: false,
+            precheck_ms: 0,
             pri: 1024,
             ttr: 60,
         }
@@ -296,5 +325,12 @@ mod tests {
         assert!(Config::new(&urls, &long, &pats, "x".into(), &options()).is_err());
         assert!(Config::new(&urls, "bad tube", &pats, "x".into(), &options()).is_err());
         assert!(Config::new(&["nope://".into()], "t", &pats, "x".into(), &options()).is_err());
+        let precheck = |ms| BridgeOptions {
+            precheck_ms: ms,
+            ..options()
+        };
+        let c = Config::new(&urls, "t", &pats, "x".into(), &precheck(500)).unwrap();
+        assert_eq!(c.precheck, Duration::from_millis(500));
+        assert!(Config::new(&urls, "t", &pats, "x".into(), &precheck(3_600_001)).is_err());
     }
 }

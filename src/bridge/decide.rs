@@ -9,6 +9,8 @@
 //! * [`claim`] then [`fire`]: a timer came due; first from the index
 //!   alone (is it still the key's timer?), then from Redis's answer.
 //! * [`echo`]: an `expired` event that needs no Redis read at all.
+//! * [`timer_due`]: when a timer comes due (at the deadline, or a
+//!   `--precheck-ms` lead before it for a last look).
 //! * [`is_timer_of`]: whether a timer job is the one the index names.
 
 use super::body::Timer;
@@ -126,14 +128,17 @@ pub fn claim(current: Option<Entry>, id: u64, expire_at_ms: i64) -> Claim {
 /// What firing does with a due timer Redis was asked about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fire {
-    /// The key is gone: put the delivery, then delete the timer, then mark
-    /// the key delivered.
+    /// The key is gone at or after its deadline: put the delivery, then
+    /// delete the timer, then mark the key delivered.
     Deliver,
-    /// The key lives on without a TTL: delete the timer, and forget the
-    /// key if it is indexed.
+    /// No expiry will come: the key lives on without a TTL, or it was gone
+    /// before its deadline (deleted: seen by a `--precheck-ms` look).
+    /// Delete the timer, and forget the key if it is indexed.
     Drop { unindex: bool },
-    /// Still there at its deadline (Redis's clock behind ours): release the
-    /// timer to come back at `until_ms`, never fire early.
+    /// Not due yet: the key is still there (at its deadline: Redis's clock
+    /// behind ours; before it: a precheck), or gone within the slack just
+    /// before its deadline (an expiry, but never delivered early). Release
+    /// the timer to come back at `until_ms`.
     Release { until_ms: i64 },
     /// The expiry moved to `at`: arm a timer for it (replacing the key's
     /// current entry), delete this one.
@@ -143,21 +148,32 @@ pub enum Fire {
 /// Decides a due timer for an expiry at `expire_at_ms` from `expiry`,
 /// what Redis says now, and the key's entry after [`claim`].
 pub fn fire(current: Option<Entry>, expiry: Expiry, expire_at_ms: i64, now_ms: i64) -> Fire {
+    let drop = Fire::Drop {
+        unindex: current.is_some(),
+    };
+    let later = Fire::Release {
+        until_ms: (expire_at_ms + FIRE_AFTER_MS).max(now_ms + RECHECK_MS),
+    };
     match expiry {
-        Expiry::Gone => Fire::Deliver,
-        Expiry::Persistent => Fire::Drop {
-            unindex: current.is_some(),
-        },
-        Expiry::At(at) if at == expire_at_ms => Fire::Release {
-            until_ms: at.max(now_ms + RECHECK_MS),
-        },
+        Expiry::Gone if now_ms >= expire_at_ms => Fire::Deliver,
+        Expiry::Gone if now_ms < expire_at_ms - EXPIRY_SLACK_MS => drop,
+        Expiry::Gone => later,
+        Expiry::Persistent => drop,
+        Expiry::At(at) if at == expire_at_ms => later,
         Expiry::At(at) => Fire::Rearm { at },
     }
 }
 
-/// When a timer for an expiry at `at` is due.
-pub fn due_at(at: i64) -> i64 {
-    at + FIRE_AFTER_MS
+/// When a timer for an expiry at `at`, armed at `now_ms`, comes due: just
+/// after the deadline, or `precheck_ms` before it for a last look (if that
+/// is still ahead; a key found gone then was deleted, see [`fire`]).
+pub fn timer_due(at: i64, now_ms: i64, precheck_ms: i64) -> i64 {
+    let look = at - precheck_ms;
+    if precheck_ms > 0 && look > now_ms {
+        look
+    } else {
+        at + FIRE_AFTER_MS
+    }
 }
 
 /// Is `timer` the timer `cur` names for `key` on `node`?

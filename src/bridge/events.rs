@@ -6,8 +6,9 @@
 //!
 //! Before each (re)subscription the needed `notify-keyspace-events` classes
 //! are switched on (a restarted Redis forgets them). After a lost
-//! connection the node is reconciled, since events sent meanwhile are lost;
-//! so is it after the first subscription (reconciliation waits for it).
+//! connection the node is reconciled, since events sent meanwhile are lost
+//! (deliveries due meanwhile are marked uncertain, see `gaps`); so is it
+//! after the first subscription (reconciliation waits for it).
 
 use std::time::Duration;
 
@@ -57,7 +58,7 @@ pub async fn run(
                     tracing::info!(node = %node.url, "resubscribed; reconciling");
                 }
                 first = false;
-                triggers.node(index);
+                triggers.subscribed(index);
                 backoff = BACKOFF_MIN;
                 let mut messages = pubsub.into_on_message();
                 while let Some(msg) = messages.next().await {
@@ -73,6 +74,7 @@ pub async fn run(
                     };
                     queue.push(work).await;
                 }
+                triggers.events_lost(index);
                 tracing::warn!(node = %node.url, "lost the keyspace event connection");
             }
             Err(e) => {

@@ -328,6 +328,25 @@ impl Index {
         swept
     }
 
+    /// The keys of `node` whose entry `keep` selects, with their entries;
+    /// one shard locked at a time (only the selected keys are copied).
+    pub fn select(
+        &self,
+        node: u16,
+        mut keep: impl FnMut(&[u8], Entry) -> bool,
+    ) -> Vec<(Vec<u8>, Entry)> {
+        let mut out = Vec::new();
+        for shard in self.shared.shards.iter() {
+            let shard = lock(shard);
+            for (n, key, entry) in shard.entries() {
+                if n == node && keep(key, entry) {
+                    out.push((key.to_vec(), entry));
+                }
+            }
+        }
+        out
+    }
+
     /// How many keys have an entry (pending, tombstone or delivered mark).
     pub fn len(&self) -> usize {
         self.shared.shards.iter().map(|s| lock(s).table.len()).sum()

@@ -12,8 +12,9 @@
 //! * Leaves, the shared vocabulary: [`config`] (the flags, validated once),
 //!   `clock` (the one clock read), `keys` (the key hash of workers and
 //!   lock stripes, repeats in a batch), `work` (a key to sync and the
-//!   `Hint` of why), `triggers` (asking for an early
-//!   reconciliation), `body` (the timer and delivery job bodies), `index`
+//!   `Hint` of why), `gaps` (when a deletion could have gone unseen),
+//!   `triggers` (asking for an early reconciliation; it keeps the gaps),
+//!   `body` (the timer and delivery job bodies), `index`
 //!   (the small durable index, a map in memory logged under
 //!   `--state-dir`: key → (expiry, current timer id)).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
@@ -25,7 +26,9 @@
 //!   keys and its workers), `fire` (workers reserving due timers from
 //!   `bridge-timers.TUBE`), `events` (keyspace events per node, each queued
 //!   as a key to sync), `reconcile` (`SCAN MATCH` at start, periodically
-//!   and after lost connections; the only source with `--no-pubsub`).
+//!   and after lost connections; the only source with `--no-pubsub`; a
+//!   complete pass cancels what vanished), `flushes` (polls `INFO` for
+//!   wipes no event announces).
 //! * Wiring: [`run`], here.
 //!
 //! Guarantees: never early (a timer fires only once Redis reports the key
@@ -60,6 +63,14 @@
 //!   eviction) is cancelled; one that disappears at or after it (within
 //!   50 ms of slack for clock skew) is left to its timer, which delivers it.
 //!   That needs no interpretation of event names beyond `expired`.
+//! * Deletions no event announces are found by looking, never guessed
+//!   from the key being gone at its deadline: a complete SCAN pass syncs
+//!   every indexed key it did not list (`reconcile`), a wipe (`FLUSHDB`,
+//!   `FLUSHALL`, `SWAPDB`, a restart) seen in `INFO` starts such a pass at
+//!   once (`flushes`), and `--precheck-ms` looks at each key once more
+//!   shortly before its deadline. What stays undecidable (the deadline
+//!   passed while the bridge could not look) is delivered marked
+//!   `"uncertain": true` (`gaps`).
 //!
 //! * The index is a map in memory with a write-behind log on disk, not a
 //!   Redis hash: the bridge never writes to the application's keyspace
@@ -84,6 +95,8 @@ mod decide;
 mod events;
 mod failure;
 mod fire;
+mod flushes;
+mod gaps;
 mod index;
 mod keys;
 mod reconcile;
@@ -103,7 +116,7 @@ pub use clock::now_ms;
 use config::Config;
 use index::Index;
 use redis_side::Redis;
-use registry::{Delivery, Registry};
+use registry::Registry;
 use server_side::{Connector, Flavour, Session};
 use triggers::Triggers;
 
@@ -154,16 +167,11 @@ pub async fn run_reporting(
         redis.push(connect_redis(node).await);
     }
     let registry = Arc::new(Registry::new(
+        &config,
         index.clone(),
         redis.clone(),
-        config.nodes.iter().map(config::Node::db).collect(),
         flavour,
-        config.with_value,
-        config.delete_on_fire,
-        Delivery {
-            pri: config.pri,
-            ttr: config.ttr,
-        },
+        triggers.clone(),
     ));
     let queue = sync::Queue::start(registry.clone(), || session(timer_tube, None));
     for _ in 0..fire::WORKERS {
@@ -183,15 +191,17 @@ pub async fn run_reporting(
                 triggers.clone(),
             ));
         }
-        tokio::spawn(reconcile::run(
-            i,
+        tokio::spawn(flushes::run(i, redis.clone(), triggers.clone()));
+        let reconcile = reconcile::Node {
+            node: i,
             redis,
-            config.patterns.clone(),
-            config.scan_interval,
-            queue.clone(),
-            triggers.clone(),
-            config.pubsub,
-        ));
+            patterns: config.patterns.clone(),
+            interval: config.scan_interval,
+            queue: queue.clone(),
+            triggers: triggers.clone(),
+            index: index.clone(),
+        };
+        tokio::spawn(reconcile::run(reconcile, config.pubsub));
     }
     tokio::spawn(sweep_marks(index.clone()));
     tracing::info!(

@@ -1,6 +1,6 @@
 //! Everything the bridge asks Redis: a key's exact expiry (`PEXPIRETIME`,
 //! Redis ≥ 7.0), its value, `SCAN MATCH`, the delete-if-unchanged script
-//! of `--delete-on-fire`, and switching keyspace notifications on.
+//! of `--delete-on-fire`, `INFO`, and switching keyspace notifications on.
 //!
 //! Commands go through a [`ConnectionManager`], which reconnects by itself;
 //! a command that fails is retried by its caller after a pause.
@@ -114,6 +114,15 @@ impl Redis {
             .arg(pattern)
             .arg("COUNT")
             .arg(1000)
+            .query_async(&mut self.conn)
+            .await
+    }
+
+    /// `INFO sections` (several, space-separated, as Redis ≥ 7.0 takes
+    /// them), as text.
+    pub async fn info(&mut self, sections: &str) -> RedisResult<String> {
+        redis::cmd("INFO")
+            .arg(sections.split(' ').collect::<Vec<_>>())
             .query_async(&mut self.conn)
             .await
     }

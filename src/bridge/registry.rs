@@ -13,11 +13,14 @@
 //!   `expire_at_ms`, rather than lost; a key whose expiry was already
 //!   delivered carries a mark (see `index`) and is left alone.
 //! * [`Registry::fire`] (a timer came due): a superseded timer (see below)
-//!   is dropped; otherwise Redis is asked again. Gone: the
-//!   delivery job is put, *then* the timer deleted (a crash in between
-//!   duplicates, never loses). Expiry moved: a new timer. TTL cleared:
-//!   cancelled. Still there at its time (Redis's clock behind ours):
-//!   released to try again a few ms later, never fired early.
+//!   is dropped; otherwise Redis is asked again. Gone at or after its
+//!   deadline: the delivery job is put, *then* the timer deleted (a crash
+//!   in between duplicates, never loses); marked uncertain when the bridge
+//!   could not have seen a deletion (see `gaps`, and a timer the index did
+//!   not name). Gone well before it (a `--precheck-ms` look): deleted, the
+//!   timer dropped. Expiry moved: a new timer. TTL cleared: cancelled.
+//!   Still there at its time (Redis's clock behind ours), or at a
+//!   precheck: released to look again at the deadline, never fired early.
 //!
 //! Which timer is current: the server issues job ids in increasing order
 //! and a new timer is always put before it is recorded, so a timer with an
@@ -35,12 +38,14 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
 use super::clock::now_ms;
+use super::config::{Config, Node};
 use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Entry, Index, CANCELLED};
 use super::keys::key_hash;
 use super::redis_side::{Expiry, Redis};
 use super::server_side::{Flavour, Session};
+use super::triggers::Triggers;
 use super::work::Work;
 use crate::client;
 
@@ -62,41 +67,42 @@ pub struct Due {
     pub timer: Timer,
 }
 
-/// What firing needs besides the key state.
-pub struct Delivery {
-    pub pri: u32,
-    pub ttr: Duration,
-}
-
 pub struct Registry {
     pub index: Index,
     redis: Vec<Redis>,
     dbs: Vec<i64>,
     flavour: Flavour,
+    triggers: Triggers,
     with_value: bool,
     delete_on_fire: bool,
-    delivery: Delivery,
+    precheck_ms: i64,
+    /// Priority and TTR of delivered jobs.
+    pri: u32,
+    ttr: Duration,
     locks: Vec<Mutex<()>>,
 }
 
 impl Registry {
+    /// `redis` holds one connection per node of `config`; `triggers` says
+    /// which deliveries are uncertain.
     pub fn new(
+        config: &Config,
         index: Index,
         redis: Vec<Redis>,
-        dbs: Vec<i64>,
         flavour: Flavour,
-        with_value: bool,
-        delete_on_fire: bool,
-        delivery: Delivery,
+        triggers: Triggers,
     ) -> Registry {
         Registry {
             index,
             redis,
-            dbs,
+            dbs: config.nodes.iter().map(Node::db).collect(),
             flavour,
-            with_value,
-            delete_on_fire,
-            delivery,
+            triggers,
+            with_value: config.with_value,
+            delete_on_fire: config.delete_on_fire,
+            precheck_ms: config.precheck.as_millis() as i64,
+            pri: config.pri,
+            ttr: config.ttr,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
@@ -156,20 +162,19 @@ impl Registry {
         let expiries = self.expiries(&keys).await?;
         let now = now_ms();
         let mut arms = Vec::new();
+        let mut verifies = Vec::new();
+        let mut cancels = Vec::new();
         for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
             match decide::sync(w.hint, self.index.get(node, key), expiry, now) {
                 Sync::Keep => {}
                 Sync::Unmark => self.index.remove(node, key),
                 Sync::Arm { at, old } => arms.push((node, key, at, old)),
-                Sync::Verify { at, cur } => {
-                    if !self.timer_exists(session, node, key, cur).await? {
-                        tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
-                        arms.push((node, key, at, None));
-                    }
-                }
-                Sync::Cancel(cur) => self.cancel(session, node, key, cur).await?,
+                Sync::Verify { at, cur } => verifies.push((node, key, at, cur)),
+                Sync::Cancel(cur) => cancels.push((node, key, cur)),
             }
         }
+        self.cancel(session, &cancels).await?;
+        arms.extend(self.lost_timers(session, &verifies).await?);
         self.arm(session, &arms).await
     }
 
@@ -193,7 +198,9 @@ impl Registry {
         let mut deletes: Vec<JobId> = Vec::new();
         let mut unindex: Vec<(u16, &[u8])> = Vec::new();
         let mut delivered: Vec<(u16, &[u8])> = Vec::new();
-        let mut ask: Vec<(&Due, Option<Entry>)> = Vec::new();
+        // Each timer to ask Redis about, with its key's entry and whether
+        // the index named this very timer (not one adopted after a crash).
+        let mut ask: Vec<(&Due, Option<Entry>, bool)> = Vec::new();
         for (due, &(node, key)) in dues.iter().zip(&keys) {
             let (id, at) = (due.id, due.timer.expire_at_ms);
             match decide::claim(self.index.get(node, key), id, at) {
@@ -205,45 +212,52 @@ impl Registry {
                 Claim::Adopt { adopted, drop } => {
                     self.index.set(node, key, adopted);
                     deletes.push(drop);
-                    ask.push((due, Some(adopted)));
+                    ask.push((due, Some(adopted), false));
                 }
-                Claim::Ask(current) => ask.push((due, current)),
+                Claim::Ask(current) => ask.push((due, current, current.is_some())),
             }
         }
-        // Step 2: Redis, now.
-        let expiries = if self.delete_on_fire {
-            let mut e = Vec::with_capacity(ask.len());
-            for (due, _) in &ask {
-                let t = &due.timer;
-                e.push(
+        // Step 2: Redis, now. With `--delete-on-fire`, a key past its
+        // deadline is deleted if its expiry is unchanged (one script call
+        // each); a precheck, before the deadline, only looks.
+        let asked_ms = now_ms();
+        let deletes_key = |d: &Due| self.delete_on_fire && asked_ms >= d.timer.expire_at_ms;
+        let looks: Vec<(u16, &[u8])> = ask
+            .iter()
+            .filter(|(d, _, _)| !deletes_key(d))
+            .map(|(d, _, _)| (d.timer.node, d.timer.key.as_slice()))
+            .collect();
+        let mut looked = self.expiries(&looks).await?.into_iter();
+        let mut expiries = Vec::with_capacity(ask.len());
+        for (due, _, _) in &ask {
+            let t = &due.timer;
+            expiries.push(match deletes_key(due) {
+                true => {
                     self.redis(t.node)
                         .delete_if_due(&t.key, t.expire_at_ms)
-                        .await?,
-                );
-            }
-            e
-        } else {
-            let asked: Vec<(u16, &[u8])> = ask
-                .iter()
-                .map(|(d, _)| (d.timer.node, d.timer.key.as_slice()))
-                .collect();
-            self.expiries(&asked).await?
-        };
+                        .await?
+                }
+                false => looked.next().expect("one answer per key asked"),
+            });
+        }
         let now = now_ms();
-        let d = &self.delivery;
         let mut deliveries = Vec::new();
         let mut releases = Vec::new();
         let mut rearms = Vec::new();
-        for (&(due, current), expiry) in ask.iter().zip(expiries) {
+        for (&(due, current, indexed), expiry) in ask.iter().zip(expiries) {
             let (id, timer) = (due.id, &due.timer);
             let key = (timer.node, timer.key.as_slice());
             match decide::fire(current, expiry, timer.expire_at_ms, now) {
                 Fire::Deliver => {
+                    // A timer the index did not name was put just before a
+                    // crash: the key was not watched since.
+                    let uncertain =
+                        !indexed || self.triggers.uncertain(timer.node, timer.expire_at_ms);
                     deliveries.push(Command::Put {
-                        pri: d.pri,
+                        pri: self.pri,
                         delay: Duration::ZERO,
-                        ttr: d.ttr,
-                        body: timer.delivery(now).into(),
+                        ttr: self.ttr,
+                        body: timer.delivery(now, uncertain).into(),
                     });
                     deletes.push(id);
                     delivered.push(key);
@@ -318,7 +332,9 @@ impl Registry {
             // when it computes the ready time, so never early.
             puts.push(Command::Put {
                 pri: TIMER_PRI,
-                delay: self.flavour.delay(decide::due_at(at), now),
+                delay: self
+                    .flavour
+                    .delay(decide::timer_due(at, now, self.precheck_ms), now),
                 ttr: TIMER_TTR,
                 body: timer.encode().into(),
             });
@@ -358,37 +374,62 @@ impl Registry {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Drops the key's timer; leaves a tombstone if a firing worker holds it.
-    async fn cancel(&self, session: &mut Session, node: u16, key: &[u8], cur: Entry) -> Result<()> {
-        match session.conn().await.delete(cur.timer).await {
-            Ok(()) => {
-                self.index.remove(node, key);
-                Ok(())
+    /// Drops each key's timer (one pipeline) and forgets the key; leaves a
+    /// tombstone where a firing worker holds the timer (the server lets
+    /// only that worker delete it: NOT_FOUND, but a `peek` finds it). A
+    /// timer that is gone altogether (deleted before a crash the index's
+    /// last write did not survive) leaves nothing behind.
+    async fn cancel(&self, session: &mut Session, cancels: &[(u16, &[u8], Entry)]) -> Result<()> {
+        let deletes: Vec<Command> = cancels.iter().map(|c| Command::Delete(c.2.timer)).collect();
+        let mut held = Vec::new();
+        for (&cancel, reply) in cancels.iter().zip(pipeline(session, &deletes).await?) {
+            match reply {
+                Response::Deleted => self.index.remove(cancel.0, cancel.1),
+                Response::NotFound => held.push(cancel),
+                other => return Err(Failure::Server(client::Error::Reply(other))),
             }
-            Err(client::Error::Reply(Response::NotFound)) => {
-                let tombstone = Entry {
-                    expire_at_ms: CANCELLED,
-                    timer: cur.timer,
-                };
-                self.index.set(node, key, tombstone);
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
         }
+        let peeks: Vec<Command> = held.iter().map(|c| Command::Peek(c.2.timer)).collect();
+        for (&(node, key, cur), reply) in held.iter().zip(pipeline(session, &peeks).await?) {
+            match reply {
+                Response::Found { .. } => {
+                    let tombstone = Entry {
+                        expire_at_ms: CANCELLED,
+                        timer: cur.timer,
+                    };
+                    self.index.set(node, key, tombstone);
+                }
+                Response::NotFound => self.index.remove(node, key),
+                other => return Err(Failure::Server(client::Error::Reply(other))),
+            }
+        }
+        Ok(())
     }
 
-    /// Does the server still hold the timer `cur` names, for this key?
-    async fn timer_exists(
+    /// Of `(node, key, at, cur)`, the keys whose timer `cur` the server no
+    /// longer holds (one pipeline of peeks), as timers to arm for `at`.
+    async fn lost_timers<'a>(
         &self,
         session: &mut Session,
-        node: u16,
-        key: &[u8],
-        cur: Entry,
-    ) -> Result<bool> {
-        let job = session.conn().await.peek(&Command::Peek(cur.timer)).await?;
-        Ok(job
-            .and_then(|job| Timer::decode(&job.body))
-            .is_some_and(|t| decide::is_timer_of(&t, node, key, cur)))
+        verifies: &[(u16, &'a [u8], i64, Entry)],
+    ) -> Result<Vec<Arm<'a>>> {
+        let peeks: Vec<Command> = verifies.iter().map(|v| Command::Peek(v.3.timer)).collect();
+        let mut lost = Vec::new();
+        for (&(node, key, at, cur), reply) in verifies.iter().zip(pipeline(session, &peeks).await?)
+        {
+            let exists = match reply {
+                Response::Found { body, .. } => {
+                    Timer::decode(&body).is_some_and(|t| decide::is_timer_of(&t, node, key, cur))
+                }
+                Response::NotFound => false,
+                other => return Err(Failure::Server(client::Error::Reply(other))),
+            };
+            if !exists {
+                tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
+                lost.push((node, key, at, None));
+            }
+        }
+        Ok(lost)
     }
 }
 

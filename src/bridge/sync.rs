@@ -10,10 +10,14 @@
 //! is the only one that counts, and the merged hints (`expired`,
 //! `verify` or `changed` from any of them) only ever leave a timer to
 //! fire, check one more, or read Redis where an `expired` alone would not.
+//!
+//! A [`Queue::barrier`] waits until every key queued before it is synced:
+//! how a reconciliation knows it is complete (the channels are FIFO, so a
+//! worker that reaches the barrier has synced all that came before).
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::failure::recover;
 use super::keys::{first_occurrences, key_hash};
@@ -28,9 +32,16 @@ pub const WORKERS: usize = 8;
 pub const BATCH: usize = 512;
 /// Keys queued per worker before events and SCAN wait.
 const QUEUE: usize = 4096;
+/// What a worker is sent: a key, or a barrier to answer once every key
+/// sent before it is synced.
+enum Item {
+    Key(Work),
+    Barrier(oneshot::Sender<()>),
+}
+
 /// Where events and SCAN send keys.
 #[derive(Clone)]
-pub struct Queue(Arc<Vec<mpsc::Sender<Work>>>);
+pub struct Queue(Arc<Vec<mpsc::Sender<Item>>>);
 
 impl Queue {
     /// Starts the workers; each gets its session from `session`.
@@ -50,17 +61,48 @@ impl Queue {
         let h = key_hash(work.node, &work.key);
         let tx = &self.0[h as usize % self.0.len()];
         // The workers run as long as the bridge: a send cannot fail.
-        let _ = tx.send(work).await;
+        let _ = tx.send(Item::Key(work)).await;
+    }
+
+    /// Waits until every key queued before the call is synced.
+    pub async fn barrier(&self) {
+        let mut answers = Vec::with_capacity(self.0.len());
+        for tx in self.0.iter() {
+            let (done, answer) = oneshot::channel();
+            let _ = tx.send(Item::Barrier(done)).await;
+            answers.push(answer);
+        }
+        for answer in answers {
+            let _ = answer.await;
+        }
     }
 }
 
-async fn work(registry: Arc<Registry>, mut session: Session, mut rx: mpsc::Receiver<Work>) {
+async fn work(registry: Arc<Registry>, mut session: Session, mut rx: mpsc::Receiver<Item>) {
+    let mut items = Vec::with_capacity(BATCH);
     let mut batch = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let keys = coalesce(std::mem::take(&mut batch));
-        while let Err(failure) = registry.sync(&mut session, &keys).await {
-            recover(&mut session, failure).await;
+    while rx.recv_many(&mut items, BATCH).await > 0 {
+        for item in items.drain(..) {
+            match item {
+                Item::Key(work) => batch.push(work),
+                Item::Barrier(done) => {
+                    sync(&registry, &mut session, std::mem::take(&mut batch)).await;
+                    let _ = done.send(());
+                }
+            }
         }
+        sync(&registry, &mut session, std::mem::take(&mut batch)).await;
+    }
+}
+
+/// Syncs `batch` (its repeats once), retrying until it succeeds.
+async fn sync(registry: &Registry, session: &mut Session, batch: Vec<Work>) {
+    if batch.is_empty() {
+        return;
+    }
+    let keys = coalesce(batch);
+    while let Err(failure) = registry.sync(session, &keys).await {
+        recover(session, failure).await;
     }
 }
 

@@ -8,12 +8,13 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{sprout_only, tool_available, Client, TempDir, TestServer};
+use crate::common::{sprout_only, tool_available, Addr, Client, TempDir, TestServer};
 
 /// Unix time in milliseconds.
 pub fn now_ms() -> i64 {
@@ -201,6 +202,8 @@ pub struct Delivered {
     pub expire_at_ms: i64,
     pub fired_at_ms: i64,
     pub value: Option<String>,
+    /// `"uncertain": true`: the bridge could not tell it from a deletion.
+    pub uncertain: bool,
     /// When the worker got it.
     pub received_ms: i64,
 }
@@ -248,6 +251,7 @@ impl Worker {
             expire_at_ms: v["expire_at_ms"].as_i64().expect("expire_at_ms"),
             fired_at_ms: v["fired_at_ms"].as_i64().expect("fired_at_ms"),
             value: v["value"].as_str().map(str::to_owned),
+            uncertain: v["uncertain"].as_bool().unwrap_or(false),
             received_ms,
         })
     }
@@ -272,6 +276,82 @@ pub fn assert_on_time(d: &Delivered, max_late_ms: i64) {
     );
     let late = d.received_ms - d.expire_at_ms;
     assert!(late <= max_late_ms, "{late} ms late: {d:?}");
+}
+
+/// Starts a sprout on `port` with `-b store -f 0` and the embedded bridge
+/// watching `dev:*` of `redis` for the tube `offline`, and waits until its
+/// first reconciliation is done.
+pub fn start_embedded(redis: &Redis, port: u16, store: &Path) -> TestServer {
+    let port_s = port.to_string();
+    let store = store.to_str().expect("UTF-8 path");
+    let url = redis.url();
+    let args = [
+        "-V",
+        "-l",
+        "127.0.0.1",
+        "-p",
+        &port_s,
+        "-b",
+        store,
+        "-f",
+        "0",
+        "--redis-bridge",
+        &url,
+        "--bridge-tube",
+        "offline",
+        "--bridge-match",
+        "dev:*",
+    ];
+    let server = TestServer::spawn(&args, Addr::Tcp(port)).expect("start the server");
+    // Subscribed to the key pattern: the bridge follows events.
+    wait_numpat(redis, 1);
+    wait_for_log(&server.stderr_path(), "reconciled", || None);
+    server
+}
+
+/// The timer tube of the tube [`Setup`] uses.
+pub const TIMERS: &str = "bridge-timers.offline";
+
+/// Polls `stats-tube` of the timer tube until `n` timers are delayed.
+#[track_caller]
+pub fn wait_timers(worker: &mut Worker, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let delayed = worker.tube_stat(TIMERS, "current-jobs-delayed");
+        if delayed == n.to_string() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{delayed} timers delayed, wanted {n}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (5 s at most) until Redis counts `n` pattern subscriptions.
+#[track_caller]
+pub fn wait_numpat(redis: &Redis, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got: i64 = redis.run(&["PUBSUB", "NUMPAT"]);
+        if got == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PUBSUB NUMPAT is {got}, wanted {n}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Deliveries as a set of (key, expire_at_ms); duplicates (allowed across
+/// a crash) must carry the same pair, so they collapse.
+pub fn keys(got: &[Delivered]) -> BTreeSet<(String, i64)> {
+    got.iter()
+        .map(|d| (d.key.clone(), d.expire_at_ms))
+        .collect()
 }
 
 /// Everything one bridge test needs: Redis, a sprout server, the bridge,

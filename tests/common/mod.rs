@@ -263,7 +263,12 @@ impl TestServer {
 
     /// What the server wrote to stderr so far.
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+    }
+
+    /// The file the server's stderr goes to.
+    pub fn stderr_path(&self) -> PathBuf {
+        self.dir.path().join("stderr")
     }
 
     /// Opens a new client connection.

@@ -118,10 +118,14 @@ fn fire_delivers_only_what_redis_no_longer_has() {
     let rows: &[Row] = &[
         ("gone", cur, Gone, at, NOW, Fire::Deliver),
         ("gone, not indexed", None, Gone, at, NOW, Fire::Deliver),
+        ("gone at its very deadline", cur, Gone, NOW, NOW, Fire::Deliver),
+        ("gone within the slack before it: not early", cur, Gone, NOW + EXPIRY_SLACK_MS, NOW, Fire::Release { until_ms: NOW + EXPIRY_SLACK_MS + FIRE_AFTER_MS }),
+        ("gone well before it: deleted (a precheck)", cur, Gone, NOW + EXPIRY_SLACK_MS + 1, NOW, Fire::Drop { unindex: true }),
+        ("gone before it, not indexed", None, Gone, NOW + 500, NOW, Fire::Drop { unindex: false }),
         ("TTL cleared", cur, Persistent, at, NOW, Fire::Drop { unindex: true }),
         ("TTL cleared, not indexed", None, Persistent, at, NOW, Fire::Drop { unindex: false }),
         ("still there at its deadline", cur, At(at), at, NOW, Fire::Release { until_ms: NOW + RECHECK_MS }),
-        ("still there, deadline ahead", cur, At(NOW + 10), NOW + 10, NOW, Fire::Release { until_ms: NOW + 10 }),
+        ("still there, deadline ahead (a precheck)", cur, At(NOW + 10), NOW + 10, NOW, Fire::Release { until_ms: NOW + 10 + FIRE_AFTER_MS }),
         ("expiry moved", cur, At(NOW + 5_000), at, NOW, Fire::Rearm { at: NOW + 5_000 }),
     ];
     for &(case, current, expiry, expire_at_ms, now, want) in rows {
@@ -130,8 +134,22 @@ fn fire_delivers_only_what_redis_no_longer_has() {
 }
 
 #[test]
-fn timers_fire_just_after_the_deadline_and_match_by_node_key_and_expiry() {
-    assert_eq!(due_at(NOW), NOW + FIRE_AFTER_MS);
+fn timers_come_due_after_the_deadline_or_a_precheck_lead_before_it() {
+    #[rustfmt::skip]
+    let rows: &[(&str, i64, i64, i64)] = &[
+        ("no precheck", NOW + 5_000, 0, NOW + 5_000 + FIRE_AFTER_MS),
+        ("a precheck ahead", NOW + 5_000, 1_000, NOW + 4_000),
+        ("the precheck would be now", NOW + 1_000, 1_000, NOW + 1_000 + FIRE_AFTER_MS),
+        ("the precheck has passed", NOW + 500, 1_000, NOW + 500 + FIRE_AFTER_MS),
+        ("the deadline has passed", NOW - 10, 1_000, NOW - 10 + FIRE_AFTER_MS),
+    ];
+    for &(case, at, precheck, want) in rows {
+        assert_eq!(timer_due(at, NOW, precheck), want, "{case}");
+    }
+}
+
+#[test]
+fn timers_match_by_node_key_and_expiry() {
     let timer = Timer {
         node: 1,
         db: 0,

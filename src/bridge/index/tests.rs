@@ -1,5 +1,6 @@
 //! The index against its promises: per-key entries, reopening, torn and
-//! corrupt tails, compaction, old sled state dirs, delivered marks.
+//! corrupt tails, compaction, old sled state dirs, delivered marks, selecting
+//! a node's entries.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,31 @@ fn entries_are_per_node_and_key() {
     assert_eq!(index.len(), 1);
     index.remove(0, b"k");
     assert_eq!(index.len(), 0);
+    drop(index);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn select_copies_out_one_nodes_chosen_entries() {
+    let dir = temp_dir("select");
+    let index = Index::open(&dir).unwrap();
+    for i in 0..100u64 {
+        index.set(
+            (i % 2) as u16,
+            format!("k{i}").as_bytes(),
+            entry(i as i64, i + 1),
+        );
+    }
+    index.set(0, b"mark", Entry::delivered(7));
+    let mut got = index.select(0, |key, e| key != b"k90" && e.expire_at_ms >= 90);
+    got.sort_by_key(|(_, e)| e.expire_at_ms);
+    let want: Vec<(Vec<u8>, Entry)> = [92, 94, 96, 98]
+        .iter()
+        .map(|&i| (format!("k{i}").into_bytes(), entry(i, i as u64 + 1)))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(index.select(0, |_, _| true).len(), 51);
+    assert_eq!(index.select(2, |_, _| true), []);
     drop(index);
     let _ = std::fs::remove_dir_all(dir);
 }

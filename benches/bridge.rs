@@ -4,7 +4,8 @@
 //! ```text
 //! cargo bench --bench bridge -- [--keys 100000] [--min-ttl 10] [--max-ttl 20]
 //!                               [--memory] [--embedded] [--workers 4] [--grace 30]
-//!                               [--sprout PATH]
+//!                               [--sprout PATH] [--precheck-ms MS] [--scan-interval SECS]
+//! cargo bench --bench bridge -- --recognise [--keys 100000] [--scan-interval 10]
 //! ```
 //!
 //! It starts its own `redis-server` (free port, no persistence), a sprout
@@ -29,6 +30,14 @@
 //! tube's `total-jobs` reaches N: one timer put per key) and the bridge's
 //! RSS per tracked key (`VmRSS` growth from before the keys to when all are
 //! armed). An early delivery, or a key delivered twice, is reported.
+//! `--precheck-ms` and `--scan-interval` are handed to the bridge.
+//!
+//! `--recognise` measures instead how soon deletions are recognised: N
+//! keys due in two minutes are armed, then deleted four ways in turn (DEL,
+//! announced; FLUSHDB, announced by no event; DEL while the bridge is
+//! down, from its restart; DEL with `--no-pubsub`), and for each it prints
+//! the time until the last of their timers is cancelled (the timer tube's
+//! `current-jobs-delayed` back to 0) and the bridge's CPU meanwhile.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -54,6 +63,9 @@ struct Args {
     workers: usize,
     grace_ms: i64,
     sprout: PathBuf,
+    recognise: bool,
+    /// Flags handed to the bridge (embedded, each `--x` as `--bridge-x`).
+    bridge_flags: Vec<String>,
 }
 
 fn args() -> Args {
@@ -66,6 +78,8 @@ fn args() -> Args {
         workers: 4,
         grace_ms: 30_000,
         sprout: PathBuf::from(env!("CARGO_BIN_EXE_sprout")),
+        recognise: false,
+        bridge_flags: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     let secs = |v: Option<String>| -> i64 {
@@ -83,6 +97,13 @@ fn args() -> Args {
             "--embedded" => a.embedded = true,
             "--workers" => a.workers = it.next().and_then(|v| v.parse().ok()).expect("--workers N"),
             "--sprout" => a.sprout = PathBuf::from(it.next().expect("--sprout PATH")),
+            "--recognise" => a.recognise = true,
+            "--precheck-ms" | "--scan-interval" => {
+                let value = it.next().filter(|v| v.parse::<f64>().is_ok());
+                a.bridge_flags.push(arg.clone());
+                a.bridge_flags
+                    .push(value.unwrap_or_else(|| panic!("{arg} needs a number")));
+            }
             "--bench" => {} // added by `cargo bench`
             other => panic!("unknown argument {other:?} (see benches/bridge.rs)"),
         }
@@ -313,7 +334,13 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("sprout-bridge-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let result = std::panic::catch_unwind(|| run(&a, &dir));
+    let result = std::panic::catch_unwind(|| {
+        if a.recognise {
+            recognise(&a, &dir)
+        } else {
+            run(&a, &dir)
+        }
+    });
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {
         std::panic::resume_unwind(e);
@@ -347,6 +374,34 @@ fn start_redis() -> (Proc, String, redis::Client) {
     (proc, url, client)
 }
 
+/// Starts `sprout bridge` on `url` and the server at `server_port`, its
+/// state in `dir/state` and its log in `dir/bridge.log` (written anew).
+fn start_bridge(a: &Args, url: &str, server_port: u16, dir: &Path, flags: &[String]) -> Proc {
+    let log = std::fs::File::create(dir.join("bridge.log")).expect("log file");
+    spawn(
+        "sprout bridge",
+        Command::new(&a.sprout)
+            .arg("bridge")
+            .args(["--redis", url])
+            .args(["--server", &format!("127.0.0.1:{server_port}")])
+            .args(["--tube", TUBE, "--match", "bench:*"])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .args(flags)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log),
+    )
+}
+
+/// Waits (`timeout` at most) until the bridge's log at `dir/bridge.log`
+/// says its first reconciliation is done.
+fn wait_reconciled(dir: &Path, timeout: Duration) {
+    wait_until("the bridge's first reconciliation", timeout, || {
+        std::fs::read_to_string(dir.join("bridge.log")).is_ok_and(|l| l.contains("reconciled"))
+    });
+}
+
 fn run(a: &Args, dir: &Path) {
     let n = a.keys;
     let (redis_proc, url, client) = start_redis();
@@ -364,11 +419,13 @@ fn run(a: &Args, dir: &Path) {
     if !a.memory {
         server_cmd.arg("-b").arg(dir.join("binlog"));
     }
+    let flags = &a.bridge_flags;
     if a.embedded {
         server_cmd
             .args(["--redis-bridge", &url, "--bridge-tube", TUBE])
             .args(["--bridge-match", "bench:*", "--bridge-state-dir"])
             .arg(dir.join("state"))
+            .args(flags.iter().map(|f| f.replacen("--", "--bridge-", 1)))
             .env("RUST_LOG", "info")
             .stderr(log_file());
     } else {
@@ -378,28 +435,10 @@ fn run(a: &Args, dir: &Path) {
     wait_until("sprout", Duration::from_secs(10), || {
         std::net::TcpStream::connect(("127.0.0.1", server_port)).is_ok()
     });
-    let bridge = (!a.embedded).then(|| {
-        spawn(
-            "sprout bridge",
-            Command::new(&a.sprout)
-                .arg("bridge")
-                .args(["--redis", &url])
-                .args(["--server", &format!("127.0.0.1:{server_port}")])
-                .args(["--tube", TUBE, "--match", "bench:*"])
-                .arg("--state-dir")
-                .arg(dir.join("state"))
-                .env("RUST_LOG", "info")
-                .stdout(Stdio::null())
-                .stderr(log_file()),
-        )
-    });
+    let bridge = (!a.embedded).then(|| start_bridge(a, &url, server_port, dir, flags));
     let server_pid = server.0.id();
     let bridge_pid = bridge.as_ref().map_or(server_pid, |b| b.0.id());
-    wait_until(
-        "the bridge's first reconciliation",
-        Duration::from_secs(30),
-        || std::fs::read_to_string(&log).is_ok_and(|l| l.contains("reconciled")),
-    );
+    wait_reconciled(dir, Duration::from_secs(30));
     let rss_before = rss_kib(bridge_pid);
     // Whose CPU is reported, in this order.
     let pids = [bridge_pid, server_pid, others[0], others[1], others[2]];
@@ -581,4 +620,134 @@ fn run(a: &Args, dir: &Path) {
     });
     drop(bridge);
     drop(server);
+}
+
+/// `--recognise`: how soon each kind of deletion cancels N armed timers.
+fn recognise(a: &Args, dir: &Path) {
+    let n = a.keys;
+    let (redis_proc, url, client) = start_redis();
+    let server_port = free_port();
+    let server = spawn(
+        "sprout",
+        Command::new(&a.sprout)
+            .args(["-l", "127.0.0.1", "-p", &server_port.to_string(), "-b"])
+            .arg(dir.join("binlog"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    wait_until("sprout", Duration::from_secs(10), || {
+        std::net::TcpStream::connect(("127.0.0.1", server_port)).is_ok()
+    });
+    let mut bridge = start_bridge(a, &url, server_port, dir, &a.bridge_flags);
+    wait_reconciled(dir, Duration::from_secs(30));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let mut stats = Client::connect(("127.0.0.1", server_port))
+            .await
+            .expect("connect");
+        println!("bridge deletions: {n} keys, each way of deleting them in turn");
+        let report = |what: &str, from: Instant, bridge: u32, cpu: [f64; 3]| {
+            let now = [bridge, server.0.id(), redis_proc.0.id()].map(cpu_secs);
+            let d: Vec<f64> = now.iter().zip(cpu).map(|(t, f)| t - f).collect();
+            println!(
+                "  {what:<40} recognised after {:>7.3} s; CPU s: bridge {:.2} ({:.1} µs/key), \
+                 sprout {:.2}, redis {:.2}",
+                from.elapsed().as_secs_f64(),
+                d[0],
+                d[0] * 1e6 / n as f64,
+                d[1],
+                d[2]
+            );
+        };
+        let cpu = |bridge: u32| [bridge, server.0.id(), redis_proc.0.id()].map(cpu_secs);
+
+        arm(&mut conn, &mut stats, n).await;
+        let (t, c) = (Instant::now(), cpu(bridge.0.id()));
+        delete_keys(&mut conn, n).await;
+        wait_delayed(&mut stats, 0).await;
+        report("DEL (a keyspace event each)", t, bridge.0.id(), c);
+
+        arm(&mut conn, &mut stats, n).await;
+        let (t, c) = (Instant::now(), cpu(bridge.0.id()));
+        let () = redis::cmd("FLUSHDB")
+            .query_async(&mut conn)
+            .await
+            .expect("FLUSHDB");
+        wait_delayed(&mut stats, 0).await;
+        report("FLUSHDB (no event)", t, bridge.0.id(), c);
+
+        arm(&mut conn, &mut stats, n).await;
+        // Past the index's sync (every 100 ms), then down.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(bridge);
+        delete_keys(&mut conn, n).await;
+        let c = cpu(0);
+        let t = Instant::now();
+        bridge = start_bridge(a, &url, server_port, dir, &a.bridge_flags);
+        wait_delayed(&mut stats, 0).await;
+        report("DEL while down (from the restart)", t, bridge.0.id(), c);
+
+        drop(bridge);
+        let interval = "10";
+        let mut flags = vec!["--no-pubsub".to_string()];
+        if !a.bridge_flags.iter().any(|f| f == "--scan-interval") {
+            flags.extend(["--scan-interval".to_string(), interval.to_string()]);
+        }
+        flags.extend(a.bridge_flags.iter().cloned());
+        bridge = start_bridge(a, &url, server_port, dir, &flags);
+        wait_reconciled(dir, Duration::from_secs(30));
+        arm(&mut conn, &mut stats, n).await;
+        let (t, c) = (Instant::now(), cpu(bridge.0.id()));
+        delete_keys(&mut conn, n).await;
+        wait_delayed(&mut stats, 0).await;
+        report("DEL with --no-pubsub", t, bridge.0.id(), c);
+        let passes: Vec<String> = std::fs::read_to_string(dir.join("bridge.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("reconciled"))
+            .map(|l| l.rsplit("  ").next().unwrap_or(l).trim().to_string())
+            .collect();
+        println!("  --no-pubsub passes: {}", passes.join("; "));
+        drop(bridge);
+    });
+    drop(server);
+}
+
+/// Sets `n` keys, due far beyond the run, and waits until all are armed.
+async fn arm(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stats: &mut Client<tokio::net::TcpStream>,
+    n: usize,
+) {
+    let due = now_ms() + 600_000;
+    let deadlines: Vec<i64> = (0..n as i64).map(|i| due + i % 10_000).collect();
+    set_keys(conn, &deadlines).await;
+    wait_delayed(stats, n as u64).await;
+}
+
+/// `DEL bench:<i>` for every key, pipelined.
+async fn delete_keys(conn: &mut redis::aio::MultiplexedConnection, n: usize) {
+    for start in (0..n).step_by(BATCH) {
+        let mut pipe = redis::pipe();
+        for i in start..(start + BATCH).min(n) {
+            pipe.cmd("DEL").arg(format!("bench:{i}")).ignore();
+        }
+        let () = pipe.query_async(conn).await.expect("DEL pipeline");
+    }
+}
+
+/// Waits until the timer tube holds `n` delayed timers.
+async fn wait_delayed(stats: &mut Client<tokio::net::TcpStream>, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while tube_stat(stats, "current-jobs-delayed").await != n {
+        assert!(Instant::now() < deadline, "{n} delayed timers: timed out");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

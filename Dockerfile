@@ -8,24 +8,16 @@
 
 ARG RUST_IMAGE=docker.io/library/rust:1-slim-bookworm
 ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
-# "builder" compiles sprout here; "prebuilt" takes target/release/sprout
-# from the build context instead (a quick local image; the CI test).
-ARG SPROUT_FROM=builder
 
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
 COPY . .
 RUN cargo install --locked --path . --root /out
 
-FROM scratch AS prebuilt
-COPY target/release/sprout /out/bin/sprout
-
-FROM ${SPROUT_FROM} AS binary
-
 FROM ${RUNTIME_IMAGE}
 RUN useradd --system --user-group --home-dir /var/lib/sprout --shell /usr/sbin/nologin sprout \
     && install -d -o sprout -g sprout -m 0750 /var/lib/sprout
-COPY --from=binary /out/bin/sprout /usr/local/bin/sprout
+COPY --from=builder /out/bin/sprout /usr/local/bin/sprout
 USER sprout
 # Inside a container loopback reaches no one: listen on every interface,
 # and keep the jobs in the volume.

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The container image, for real, with Debian's podman: builds the Dockerfile
-# (its "prebuilt" stage: target/release/sprout, since no Rust image can be
-# pulled here) on a Debian bookworm base made with mmdebstrap from Debian's
-# own packages (no image registry is reachable here), runs it, and checks:
+# The container image, for real, with Debian's podman: builds the
+# Dockerfile's runtime stage as written (its builder stage swapped for
+# target/release/sprout, since no Rust image can be pulled here) on a Debian
+# bookworm base made with mmdebstrap from Debian's own packages (no image
+# registry is reachable here), runs it, and checks:
 # it serves on the published port as a non-root user, the HEALTHCHECK
 # passes (and fails when the port is elsewhere), a job outlives a restart
 # in the volume, SIGTERM stops it cleanly, and flags override the image's
@@ -29,13 +30,25 @@ cleanup() {
     for c in "${containers[@]}"; do pod rm -f -v "$c" >/dev/null 2>&1 || true; done
     pod volume rm -f "$volume" >/dev/null 2>&1 || true
     pod rmi -f "$image" >/dev/null 2>&1 || true
+    rm -rf "${context:-}"
 }
 trap cleanup EXIT
 
 debian_image "$base"
 
-pod build --quiet --format docker --pull=never --build-arg SPROUT_FROM=prebuilt \
-    --build-arg RUNTIME_IMAGE="$base" -t "$image" . >/dev/null || fail "podman build"
+# The Dockerfile with its builder stage swapped for one that holds
+# target/release/sprout: the runtime stage, everything after the second
+# FROM, is built as written.
+context=$(mktemp -d)
+cp target/release/sprout "$context/sprout"
+awk '
+    /^FROM / { from++ }
+    from == 1 && /^FROM / { print "FROM scratch AS builder"; print "COPY sprout /out/bin/sprout"; next }
+    from != 1 { print }
+' Dockerfile >"$context/Dockerfile"
+grep -q '^FROM ${RUNTIME_IMAGE}$' "$context/Dockerfile" || fail "no runtime stage in the Dockerfile"
+pod build --quiet --format docker --pull=never --build-arg RUNTIME_IMAGE="$base" \
+    -t "$image" "$context" >"$context/build.log" 2>&1 || fail "podman build: $(cat "$context/build.log")"
 note "built $image"
 
 run() {

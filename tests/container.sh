@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # The container image, for real, with Debian's podman: builds the
 # Dockerfile's runtime stage as written (its builder stage swapped for
-# target/release/sprout, since no Rust image can be pulled here) on a Debian
-# bookworm base made with mmdebstrap from Debian's own packages (no image
-# registry is reachable here), runs it, and checks:
+# target/release/sprout, since no Rust image can be pulled here) on the
+# Debian bookworm base of tests/lib.sh (no image registry is reachable
+# here), runs it, and checks:
 # it serves on the published port as a non-root user, the HEALTHCHECK
 # passes (and fails when the port is elsewhere), a job outlives a restart
 # in the volume, SIGTERM stops it cleanly, and flags override the image's
 # 0.0.0.0 default.
 #
 # Needs root, podman, runc and mmdebstrap (.ci/run installs them). Without
-# them it prints a note and passes, except under CI=true. The base image is
-# kept between runs (localhost/sprout-test/debian:bookworm).
+# them it prints a note and passes, except under CI=true.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +21,6 @@ name="container test"
 need_podman
 [ -x target/release/sprout ] || fail "no target/release/sprout (cargo build --release first)"
 
-base=localhost/sprout-test/debian:bookworm
 image=localhost/sprout-test/sprout:$$
 volume=sprout-test-$$
 containers=()
@@ -34,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-debian_image "$base"
+make_base_image
 
 # The Dockerfile with its builder stage swapped for one that holds
 # target/release/sprout: the runtime stage, everything after the second
@@ -47,7 +45,7 @@ awk '
     from != 1 { print }
 ' Dockerfile >"$context/Dockerfile"
 grep -q '^FROM ${RUNTIME_IMAGE}$' "$context/Dockerfile" || fail "no runtime stage in the Dockerfile"
-pod build --quiet --format docker --pull=never --build-arg RUNTIME_IMAGE="$base" \
+pod build --quiet --format docker --pull=never --build-arg RUNTIME_IMAGE="$base_image" \
     -t "$image" "$context" >"$context/build.log" 2>&1 || fail "podman build: $(cat "$context/build.log")"
 note "built $image"
 

@@ -30,18 +30,21 @@ need_podman() {
 pod() { podman --runtime runc "$@"; }
 limits=(--ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit nproc=32768:32768)
 
-# debian_image TAG [PACKAGES]: a local Debian bookworm image (minbase plus
-# PACKAGES, comma-separated) made by mmdebstrap from Debian's packages, as no
-# image registry is reachable here; kept for the next run.
-debian_image() {
-    pod image exists "$1" && return
-    note "making $1 with mmdebstrap"
+# The base image both container tests build on: Debian bookworm (minbase,
+# plus systemd for tests/systemd.sh and python3 for its client), made by
+# mmdebstrap from Debian's packages, as no image registry is reachable here.
+# Made once, then kept for the next run.
+base_image=localhost/sprout-test/debian:bookworm-systemd
+make_base_image() {
+    pod image exists "$base_image" && return
+    note "making $base_image with mmdebstrap"
     local tar
     tar=$(mktemp --suffix=.tar)
-    mmdebstrap --quiet --variant=minbase --mode=root ${2:+--include="$2"} \
+    mmdebstrap --quiet --variant=minbase --mode=root \
+        --include=systemd,systemd-sysv,dbus,adduser,python3-minimal \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
         --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$tar"
-    pod import "$tar" "$1" >/dev/null
+    pod import "$tar" "$base_image" >/dev/null
     rm -f "$tar"
 }
 

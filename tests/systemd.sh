@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian package under a real systemd: boots systemd as PID 1 in a
-# podman container (Debian bookworm with systemd, made by mmdebstrap),
+# podman container (the Debian bookworm base of tests/lib.sh),
 # installs the .deb there, and checks what only a running systemd can show:
 # sprout.socket holds 127.0.0.1:11301 and /run/sprout/sprout.sock and
 # passes them to sprout.service; Type=notify completes (READY=1) only after
@@ -23,7 +23,6 @@ deb=$(ls target/debian/sprout_*.deb 2>/dev/null | tail -n 1 || true)
 if [ -z "$deb" ]; then
     deb=$(cargo deb --strip --quiet | tail -n 1)
 fi
-base=localhost/sprout-test/debian-systemd:bookworm
 image=localhost/sprout-test/sprout-systemd:$$
 container=sprout-systemd-$$
 work=$(mktemp -d)
@@ -34,10 +33,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-debian_image "$base" systemd,systemd-sysv,dbus,adduser,python3-minimal
+make_base_image
 cp "$deb" "$work/sprout.deb"
 cat >"$work/Containerfile" <<EOF2
-FROM $base
+FROM $base_image
 COPY sprout.deb /tmp/
 RUN dpkg -i /tmp/sprout.deb && rm /tmp/sprout.deb
 CMD ["/sbin/init"]
@@ -47,8 +46,14 @@ pod build --quiet --pull=never -t "$image" "$work" >"$work/build.log" 2>&1 ||
 pod run -d --name "$container" --systemd=always "${limits[@]}" "$image" >/dev/null 2>&1 ||
     fail "podman run"
 inside() { pod exec -i "$container" "$@" </dev/null; }
-state=$(inside systemctl is-system-running --wait 2>/dev/null || true)
-[ "$state" = running ] || fail "systemd is $state: $(inside systemctl --failed --no-pager 2>&1)"
+# Until systemd is up, podman exec or systemctl fail (no container yet, no
+# bus yet): retry for 30 s.
+for _ in $(seq 150); do
+    state=$(inside systemctl is-system-running --wait 2>&1 || true)
+    [[ "$state" =~ ^(running|degraded|maintenance|stopping)$ ]] && break
+    sleep 0.2
+done
+[ "$state" = running ] || fail "systemd is ${state:-not answering}: $(inside systemctl --failed --no-pager 2>&1; pod logs "$container" 2>&1 | tail -n 20)"
 note "systemd is running with the package installed"
 
 # What sprout answers to $2 on $1 (127.0.0.1:11301 or the unix socket), asked

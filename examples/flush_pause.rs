@@ -1,8 +1,10 @@
-//! How long a flush of a big tube holds up the beanstalk port's clients:
-//! buries N jobs in `default`, then flushes them over HTTP while a probe
-//! client times one round trip after another, and prints what it saw.
+//! How long the HTTP port's heaviest calls hold up the beanstalk port's
+//! clients: buries N jobs in `default` and flushes them over HTTP (or, with
+//! `scrape`, leaves N jobs ready and scrapes `/metrics` ten times, which
+//! scans the ready jobs for the oldest), while a probe client times one
+//! round trip after another, and prints what it saw.
 //!
-//! `cargo run --release --example flush_pause -- ADDR HTTP_ADDR [JOBS]`
+//! `cargo run --release --example flush_pause -- ADDR HTTP_ADDR [JOBS [scrape]]`
 //! against `sprout -p PORT --http HTTP_ADDR [-b DIR]` (JOBS: 1000000).
 
 use std::io::{BufRead, BufReader, Write};
@@ -16,11 +18,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:11300".into());
     let http = args.next().unwrap_or_else(|| "127.0.0.1:11380".into());
     let jobs: u64 = args.next().map_or(Ok(1_000_000), |n| n.parse())?;
+    let scrape = args.next().is_some_and(|mode| mode == "scrape");
 
     let started = Instant::now();
-    let first = bury(&addr, jobs)?;
+    let first = fill(&addr, jobs, !scrape)?;
     eprintln!(
-        "{jobs} jobs buried (ids from {first}) in {:?}",
+        "{jobs} jobs in (ids from {first}) in {:?}",
         started.elapsed()
     );
 
@@ -34,23 +37,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .timeout_global(Some(Duration::from_secs(3600)))
         .build()
         .into();
-    let flush_started = Instant::now();
-    let mut response = agent
-        .post(format!("http://{http}/api/tubes/default/flush"))
-        .header("Content-Type", "application/json")
-        .send(r#"{"state":"buried"}"#)?;
-    let flushed = flush_started.elapsed();
-    let answer = response.body_mut().read_to_string()?;
+    let call_started = Instant::now();
+    let answer = if scrape {
+        let mut size = 0;
+        for _ in 0..10 {
+            let mut response = agent.get(format!("http://{http}/metrics")).call()?;
+            size = response.body_mut().read_to_string()?.len();
+        }
+        format!("10 scrapes of {size} bytes")
+    } else {
+        let mut response = agent
+            .post(format!("http://{http}/api/tubes/default/flush"))
+            .header("Content-Type", "application/json")
+            .send(r#"{"state":"buried"}"#)?;
+        response.body_mut().read_to_string()?
+    };
+    let took = call_started.elapsed();
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let mut rtts = probe.join().expect("probe")?;
     rtts.sort_unstable();
     let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+    let what = if scrape { "ready" } else { "buried" };
     println!(
-        "flush of {jobs} buried jobs: {answer} in {:.2} s ({:.0} jobs/s); probe round trips \
+        "{jobs} {what} jobs: {answer} in {:.3} s; probe round trips \
          meanwhile: {} taken, p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
-        flushed.as_secs_f64(),
-        jobs as f64 / flushed.as_secs_f64(),
+        took.as_secs_f64(),
         rtts.len(),
         at(0.5),
         at(0.99),
@@ -60,9 +72,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Puts `n` jobs, then reserves and buries each (pipelined); returns the
-/// first id.
-fn bury(addr: &str, n: u64) -> std::io::Result<u64> {
+/// Puts `n` jobs, then (if `bury`) reserves and buries each (pipelined);
+/// returns the first id.
+fn fill(addr: &str, n: u64, bury: bool) -> std::io::Result<u64> {
     let stream = TcpStream::connect(addr)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
@@ -91,7 +103,7 @@ fn bury(addr: &str, n: u64) -> std::io::Result<u64> {
         sent += k;
     }
     let mut id = first;
-    while id < first + n {
+    while bury && id < first + n {
         let k = chunk.min(first + n - id);
         pending.clear();
         for i in id..id + k {

@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,11 +28,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let stop = Arc::new(AtomicBool::new(false));
+    let log = Arc::new(Mutex::new(Vec::new()));
     let probe = {
-        let (addr, stop) = (addr.clone(), stop.clone());
-        std::thread::spawn(move || probe(&addr, &stop))
+        let (addr, stop, log) = (addr.clone(), stop.clone(), log.clone());
+        std::thread::spawn(move || probe(&addr, &stop, &log))
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // The same probe with nothing else going on, for comparison: on a
+    // shared machine, scheduling alone makes some round trips slow.
+    std::thread::sleep(Duration::from_secs(2));
+    report("quiet, 2 s", std::mem::take(&mut *log.lock().unwrap()));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(3600)))
         .build()
@@ -53,23 +57,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         response.body_mut().read_to_string()?
     };
     let took = call_started.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
+    let during = std::mem::take(&mut *log.lock().unwrap());
     stop.store(true, Ordering::Relaxed);
-    let mut rtts = probe.join().expect("probe")?;
-    rtts.sort_unstable();
-    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+    probe.join().expect("probe")?;
     let what = if scrape { "ready" } else { "buried" };
     println!(
-        "{jobs} {what} jobs: {answer} in {:.3} s; probe round trips \
-         meanwhile: {} taken, p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
-        took.as_secs_f64(),
+        "{jobs} {what} jobs: {answer} in {:.3} s",
+        took.as_secs_f64()
+    );
+    report("meanwhile", during);
+    Ok(())
+}
+
+fn report(when: &str, mut rtts: Vec<Duration>) {
+    rtts.sort_unstable();
+    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q) as usize];
+    println!(
+        "probe round trips, {when}: {} taken, p50 {:?}, p99 {:?}, p99.9 {:?}, max {:?}",
         rtts.len(),
         at(0.5),
         at(0.99),
         at(0.999),
         rtts[rtts.len() - 1],
     );
-    Ok(())
 }
 
 /// Puts `n` jobs, then (if `bury`) reserves and buries each (pipelined);
@@ -127,12 +137,11 @@ fn fill(addr: &str, n: u64, bury: bool) -> std::io::Result<u64> {
 }
 
 /// Round trips of `stats-tube default` until `stop`.
-fn probe(addr: &str, stop: &AtomicBool) -> std::io::Result<Vec<Duration>> {
+fn probe(addr: &str, stop: &AtomicBool, log: &Mutex<Vec<Duration>>) -> std::io::Result<()> {
     let stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
-    let mut rtts = Vec::new();
     let mut line = String::new();
     let mut body = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -147,7 +156,8 @@ fn probe(addr: &str, stop: &AtomicBool) -> std::io::Result<Vec<Duration>> {
             .map_err(std::io::Error::other)?;
         body.resize(len + 2, 0);
         std::io::Read::read_exact(&mut reader, &mut body)?;
-        rtts.push(t.elapsed());
+        let rtt = t.elapsed();
+        log.lock().unwrap().push(rtt);
     }
-    Ok(rtts)
+    Ok(())
 }

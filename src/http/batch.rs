@@ -37,22 +37,35 @@ pub async fn run(
         jobs: 0,
         unstored: false,
     };
+    let mut longest = std::time::Duration::ZERO;
+    let finish = |done: Done, longest: std::time::Duration| {
+        tracing::info!(
+            jobs = done.jobs,
+            ?longest,
+            "batched admin change done (longest lock held)"
+        );
+        Ok(done)
+    };
     loop {
         let left = limit.map_or(BATCH as u64, |l| l - done.jobs);
         let batch = left.min(BATCH as u64) as usize;
         if batch == 0 {
-            return Ok(done);
+            return finish(done, longest);
         }
         let (n, seq) = {
             let now = shared.clock.now();
             let mut state = shared.lock();
+            let locked = std::time::Instant::now();
             let n = step(&mut state.engine, batch, now);
-            (n, state.submit())
+            let seq = state.submit();
+            drop(state);
+            longest = longest.max(locked.elapsed());
+            (n, seq)
         };
         let n = match n {
             Ok(n) => n,
             // A refusal after some batches succeeded still reports them.
-            Err(_) if done.jobs > 0 => return Ok(done),
+            Err(_) if done.jobs > 0 => return finish(done, longest),
             Err(e) => return Err(e.into()),
         };
         done.jobs += n;
@@ -60,7 +73,7 @@ pub async fn run(
             done.unstored = true;
         }
         if n < batch as u64 {
-            return Ok(done);
+            return finish(done, longest);
         }
         tokio::task::yield_now().await;
     }

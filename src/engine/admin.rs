@@ -83,20 +83,15 @@ impl Engine {
         let Some(t) = self.batch_source(name, state, now)? else {
             return Ok(0);
         };
-        let mut done = 0;
-        while done < max as u64 {
-            let Some(slot) = self.first_in(t, state) else {
-                break;
-            };
+        // Only the tube's last job can take the tube with it, so counting
+        // first lets the loop stop before touching a removed tube.
+        let n = self.count_in(t, state).min(max);
+        for _ in 0..n {
+            let slot = self.first_in(t, state).expect("counted");
             self.take_out(slot);
-            // The last job may take the tube with it; ask by name again.
             self.discard(slot);
-            done += 1;
-            if self.tubes.find(name) != Some(t) {
-                break;
-            }
         }
-        Ok(done)
+        Ok(n as u64)
     }
 
     /// Moves up to `max` jobs of tube `from` in `state` to tube `to`, each
@@ -209,6 +204,17 @@ impl Engine {
             return Err(AdminError::Reserved);
         }
         Ok(self.tubes.find(name))
+    }
+
+    /// How many jobs tube `t` holds in `state`.
+    fn count_in(&self, t: u32, state: State) -> usize {
+        let tube = &self.tubes[t];
+        match state {
+            State::Ready => tube.ready.len(),
+            State::Delayed => tube.delayed.len(),
+            State::Buried => tube.buried.len(),
+            State::Reserved => tube.reserved as usize,
+        }
     }
 
     /// The first job of tube `t` in `state`, in that state's order.

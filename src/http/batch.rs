@@ -1,6 +1,6 @@
 //! Flush and move: changes to a whole state of a tube, made a batch per
 //! engine lock, so clients of the beanstalk port wait at most one batch
-//! (a flush of a million jobs is a thousand short locks, not one long one).
+//! (a flush of a million jobs is two thousand short locks, not one long one).
 //!
 //! Each batch's records are handed to the store as the batch ends, and a
 //! batch starts only once the store has taken the one before it (durable

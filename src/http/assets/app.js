@@ -224,7 +224,7 @@ async function refreshTube() {
     ["buried", number(tube.current_jobs_buried), "tube-buried"],
     ["waiting", number(tube.current_waiting)],
     ["oldest ready", duration(tube.oldest_ready_age)],
-    ["pause left", duration(tube.pause_time_left)],
+    ["pause left", tube.paused ? duration(tube.pause_time_left) : "–"],
   ]);
   document.querySelectorAll(".state-name").forEach((el) => { el.textContent = view.state; });
   document.querySelectorAll("#state-tabs button").forEach((b) => b.classList.toggle("on", b.dataset.state === view.state));

@@ -86,7 +86,7 @@ pub struct Args {
     #[arg(short = 'F', long = "no-fsync")]
     pub no_fsync: bool,
 
-    /// Accepted for compatibility and reported as binlog-max-size (sled sizes its own files).
+    /// The size of each journal file (with -b; reported as binlog-max-size).
     #[arg(short = 's', long = "binlog-size", value_name = "BYTES", default_value_t = DEFAULT_BINLOG_SIZE)]
     pub binlog_size: u64,
 

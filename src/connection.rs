@@ -6,11 +6,15 @@
 //! answer has been written, as beanstalkd does. While parked, the socket is
 //! still read (up to a bound) so a client that hangs up is noticed at once.
 //!
-//! Under `-f 0` an answer is held until the store has made its command's
-//! records durable; one store flush releases the answers of every waiting
-//! connection (group commit). If the store fails, the answer becomes the
-//! error beanstalkd's clients know (OUT_OF_MEMORY for a put, whose job is
-//! then dropped; INTERNAL_ERROR otherwise), so nothing unstored is claimed.
+//! With `-b`, an answer is held until the store has written its command's
+//! records to the journal (under `-f 0`: and synced them), and until the
+//! disk's id ceiling is above every job id it names; the connection writes
+//! the journal itself unless another is already at it, so one write (one
+//! sync under `-f 0`) releases the answers of every waiting connection
+//! (group commit; see `store/journal.rs`). If the store fails, the answer
+//! becomes the error beanstalkd's clients know (OUT_OF_MEMORY for a put,
+//! whose job is then dropped; INTERNAL_ERROR otherwise), so nothing
+//! unstored is claimed.
 //!
 //! Memory per connection is bounded: reads stop while decoded requests are
 //! pending, answers are written out whenever they pass [`WRITE_HIGH_WATER`]
@@ -24,7 +28,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use sprout_protocol::codec::ServerCodec;
 use sprout_protocol::encode::encode_response;
-use sprout_protocol::{Request, Response};
+use sprout_protocol::{JobId, Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::codec::Decoder;
@@ -41,9 +45,11 @@ const WRITE_HIGH_WATER: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// While parked in `reserve`, stop reading once this much input is queued.
 const PARKED_READ_LIMIT: usize = 64 * 1024;
-/// Without `-f 0`, how many commands' records may wait for the store's
-/// writer before replies wait too (a few milliseconds of its work).
-const MAX_STORE_LAG: Seq = 1024;
+/// How many commands' records may wait to be taken into the store of
+/// record (sled) before replies wait for it to catch up: records held in
+/// memory stay bounded (a few of its batches), unless it waits for room on
+/// the disk (then the journal's own room bounds them).
+const MAX_ABSORB_LAG: Seq = 16 * 1024;
 
 /// Serves one client until it quits, hangs up or fails.
 pub async fn serve<S>(stream: S, shared: Arc<Shared>, max_job_size: u32)
@@ -170,18 +176,17 @@ where
 
     /// Writes every answer out, once the store has done what each waits for.
     async fn flush(&mut self, shared: &Shared) -> io::Result<()> {
+        // 0 without a store, which then has nothing to wait for.
         let newest = self.answers.iter().map(|&(_, seq)| seq).max().unwrap_or(0);
-        if shared.store.replies_wait() {
-            if newest > 0 {
-                let progress = self.store_reaches(newest).await?;
-                self.fail_unstored(shared, &progress);
-            }
-        } else if newest > MAX_STORE_LAG {
-            // Replies do not wait for the disk, but they may not run ahead
-            // of the store's writer by more than a bounded backlog, or a
-            // fast producer would leave acknowledged jobs queued in memory
-            // far longer than `-f MS` promises.
-            self.store_reaches(newest - MAX_STORE_LAG).await?;
+        if newest > 0 {
+            let id_bound = self
+                .answers
+                .iter()
+                .filter_map(|(response, _)| named_id(response))
+                .max()
+                .map_or(0, |id| id + 1);
+            let progress = self.store_allows(shared, newest, id_bound).await?;
+            self.fail_unstored(shared, &progress);
         }
         for (response, _) in self.answers.drain(..) {
             encode_response(&response, &mut self.wbuf);
@@ -193,14 +198,43 @@ where
         Ok(())
     }
 
-    /// Waits until the store has done submission `seq`.
-    async fn store_reaches(&mut self, seq: Seq) -> io::Result<Progress> {
-        Ok(self
-            .progress
-            .wait_for(|p| p.done >= seq)
-            .await
-            .map_err(|_| io::Error::other("the store stopped"))?
-            .clone())
+    /// Waits until replies that depend on submission `seq` and name job
+    /// ids below `id_bound` may go out (see [`Progress::allows`]), writing
+    /// the journal itself when nobody else is.
+    async fn store_allows(
+        &mut self,
+        shared: &Shared,
+        seq: Seq,
+        id_bound: JobId,
+    ) -> io::Result<Progress> {
+        let store = &shared.store;
+        let sync = store.replies_wait_for_sync();
+        loop {
+            let (allowed, lagging, written, ids_below) = {
+                let p = self.progress.borrow_and_update();
+                let lagging = !p.absorb_paused && seq > p.absorbed.saturating_add(MAX_ABSORB_LAG);
+                (
+                    p.allows(seq, sync, id_bound),
+                    lagging,
+                    p.written,
+                    p.ids_below,
+                )
+            };
+            if allowed && !lagging {
+                return Ok(self.progress.borrow().clone());
+            }
+            if !allowed {
+                if sync || id_bound > ids_below {
+                    store.request_sync();
+                } else if written < seq && store.write_out() {
+                    continue;
+                }
+            }
+            self.progress
+                .changed()
+                .await
+                .map_err(|_| io::Error::other("the store stopped"))?;
+        }
     }
 
     /// Turns the answers whose records the store failed to keep into errors:
@@ -271,6 +305,17 @@ where
         };
         drop(state);
         self.answers.push(letter);
+    }
+}
+
+/// The job id an answer tells the client, if any.
+fn named_id(response: &Response) -> Option<JobId> {
+    match response {
+        Response::Inserted(id)
+        | Response::BuriedId(id)
+        | Response::Reserved { id, .. }
+        | Response::Found { id, .. } => Some(*id),
+        _ => None,
     }
 }
 

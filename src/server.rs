@@ -23,7 +23,7 @@ use crate::engine::{BinlogStats, Clock, Config, Engine};
 use crate::http;
 use crate::service;
 use crate::shared::Shared;
-use crate::store::sled::{self, SledStore};
+use crate::store::durable::{self, DurableStore};
 use crate::store::{Memory, Store};
 use crate::timer;
 
@@ -191,13 +191,15 @@ impl Server {
             None => Box::new(Memory::new()),
             Some(dir) => {
                 let started = std::time::Instant::now();
-                let options = sled::Options {
+                let options = durable::Options {
                     dir: dir.clone(),
                     policy: args.policy(),
                     cache_bytes: args.store_cache,
                     salvage: args.salvage,
+                    file_size: args.binlog_size,
+                    max_job_size: args.effective_max_job_size(),
                 };
-                let (store, recovered) = SledStore::open(&options, binlog)?;
+                let (store, recovered) = DurableStore::open(&options, binlog)?;
                 for image in &recovered.jobs {
                     engine.restore(image);
                 }
@@ -205,6 +207,7 @@ impl Server {
                 tracing::info!(
                     jobs = recovered.jobs.len(),
                     skipped = recovered.skipped,
+                    journal_frames = recovered.replayed,
                     stored_bytes = recovered.stored_bytes,
                     live_bytes = recovered.live_bytes,
                     "recovered from {} in {:?}",

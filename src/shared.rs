@@ -64,7 +64,7 @@ impl Shared {
         // A panic while holding the lock is a bug already reported; the
         // engine's state is still the best there is, so keep serving.
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        guard.engine.set_store_ok(self.store.healthy());
+        guard.engine.set_store(self.store.room(), self.store.file());
         Locked {
             guard,
             shared: self,

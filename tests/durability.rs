@@ -483,23 +483,25 @@ fn run_to_exit(store: &Path, extra: &[&str]) -> Result<(Option<i32>, String), St
     }
 }
 
-#[test]
-fn damaged_store_refuses_to_start() {
-    if !sprout_only("damaged_store_refuses_to_start") {
-        return;
-    }
+/// Puts `jobs` jobs of ~220 bytes with journal files of `file_size`, stops
+/// cleanly, and damages sled's data file: overwrites 4 KiB in its middle,
+/// and if `truncate`, cuts off everything after that. Returns the store,
+/// its parent and the ids.
+fn damaged_store(
+    file_size: &str,
+    jobs: usize,
+    truncate: bool,
+) -> (TempDir, std::path::PathBuf, Vec<u64>) {
     let store = TempDir::new();
     let dir = store.path().join("store");
-    let mut s = TestServer::start_with_store(&dir, &["-f", "0"]);
+    let mut s = TestServer::start_with_store(&dir, &["-f", "0", "-s", file_size]);
     let mut c = s.connect();
     let mut ids = Vec::new();
-    for n in 0..200 {
+    for n in 0..jobs {
         ids.push(c.put(format!("job number {n} {}", "z".repeat(200)).as_bytes()));
     }
     drop(c);
     s.terminate();
-
-    // Overwrite 4 KiB in the middle of the data file.
     let db = dir.join("db");
     let mut bytes = std::fs::read(&db).expect("read db");
     let len = bytes.len();
@@ -507,8 +509,52 @@ fn damaged_store_refuses_to_start() {
     for (i, b) in bytes[len / 2 - 2048..len / 2 + 2048].iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(31) ^ 0x5a;
     }
+    if truncate {
+        bytes.truncate(len / 2 + 2048);
+    }
     std::fs::write(&db, &bytes).expect("write db");
+    (store, dir, ids)
+}
 
+fn body_of(n: usize) -> Vec<u8> {
+    format!("job number {n} {}", "z".repeat(200)).into_bytes()
+}
+
+#[test]
+fn damage_the_journal_covers_loses_nothing() {
+    if !sprout_only("damage_the_journal_covers_loses_nothing") {
+        return;
+    }
+    // Journal files large enough to hold every frame since the start: the
+    // journal alone can rebuild the store.
+    let (_store, dir, ids) = damaged_store("10485760", 200, true);
+    match run_to_exit(&dir, &[]) {
+        Ok((code, stderr)) => {
+            // sled could not open its damaged file: a refusal that says so.
+            eprintln!("refused: {}", stderr.trim());
+            assert_ne!(code, Some(0));
+            assert!(stderr.contains("cannot open"), "stderr: {stderr}");
+        }
+        Err(_) => {
+            eprintln!("started: the journal made the damage good");
+            let s = TestServer::start_with_store(&dir, &[]);
+            let mut c = s.connect();
+            for (n, &id) in ids.iter().enumerate() {
+                assert_eq!(c.peek(id), Some(body_of(n)), "job {id} after the damage");
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_store_refuses_to_start() {
+    if !sprout_only("damaged_store_refuses_to_start") {
+        return;
+    }
+    // Small journal files, taken into sled and removed as they fill: the
+    // journal holds only the last jobs, and sled's damage cannot be made
+    // good from it.
+    let (store, dir, ids) = damaged_store("65536", 2000, true);
     // sled may rewrite the log when it opens it: every run gets its own
     // copy of the damaged store.
     let copy = |name: &str| {
@@ -520,6 +566,7 @@ fn damaged_store_refuses_to_start() {
 
     match run_to_exit(&plain, &[]) {
         Ok((code, stderr)) => {
+            eprintln!("refused: {}", stderr.trim());
             assert_ne!(code, Some(0), "exit status on a damaged store");
             assert!(
                 stderr.contains("damaged") || stderr.contains("cannot open"),
@@ -562,8 +609,7 @@ fn damaged_store_refuses_to_start() {
             for (n, id) in ids.iter().enumerate() {
                 if let Some(body) = c.peek(*id) {
                     kept += 1;
-                    let want = format!("job number {n} {}", "z".repeat(200));
-                    assert_eq!(body, want.as_bytes(), "job {id} salvaged with another body");
+                    assert_eq!(body, body_of(n), "job {id} salvaged with another body");
                 }
             }
             eprintln!("--salvage kept {kept} of {} jobs", ids.len());

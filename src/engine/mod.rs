@@ -29,6 +29,7 @@ mod histogram;
 mod host;
 mod job;
 mod journal;
+mod room;
 mod stats;
 mod table;
 #[cfg(test)]
@@ -45,6 +46,7 @@ use host::Host;
 use job::Job;
 pub use job::State;
 pub use journal::{JobImage, Record, Stored};
+pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
 pub use stats::BinlogStats;
 use stats::Stats;
 use table::JobTable;
@@ -146,8 +148,12 @@ pub struct Engine {
     next_wait_seq: u64,
     next_bury_seq: u64,
     draining: bool,
-    /// False while the store fails to write: puts answer OUT_OF_MEMORY.
-    store_ok: bool,
+    /// What the store can still take (see `room.rs`).
+    room: Room,
+    /// The store's current journal file, and by slot the file each job's
+    /// latest record went to (empty without a journal).
+    file: u32,
+    files: Vec<u32>,
 }
 
 const MICROS_PER_SECOND: Time = 1_000_000;
@@ -180,7 +186,9 @@ impl Engine {
             next_wait_seq: 0,
             next_bury_seq: 0,
             draining: false,
-            store_ok: true,
+            room: Room::UNLIMITED,
+            file: 0,
+            files: Vec::new(),
         }
     }
 
@@ -290,10 +298,12 @@ impl Engine {
         self.draining = on;
     }
 
-    /// Whether the store is writing; while it is not, puts answer
-    /// OUT_OF_MEMORY rather than accept jobs that would not survive.
-    pub fn set_store_ok(&mut self, ok: bool) {
-        self.store_ok = ok;
+    /// What the store can take now, and the journal file it writes to
+    /// (see `room.rs`): changes it could not keep answer OUT_OF_MEMORY
+    /// instead of being acknowledged.
+    pub fn set_store(&mut self, room: Room, file: u32) {
+        self.room = room;
+        self.file = file;
     }
 
     /// The records of every change since the last call, in order.
@@ -381,6 +391,7 @@ impl Engine {
             Command::ReserveJob(id) => self.reserve_job(conn, id),
             Command::Delete(id) => self.delete(conn, id),
             Command::Release { id, pri, delay } => match self.owned(conn, id) {
+                Some(slot) if !self.room_to_update(slot) => Response::OutOfMemory,
                 Some(slot) => {
                     self.unreserve(conn, slot);
                     let job = &mut self.jobs[slot];
@@ -394,6 +405,7 @@ impl Engine {
                 None => Response::NotFound,
             },
             Command::Bury { id, pri } => match self.owned(conn, id) {
+                Some(slot) if !self.room_to_update(slot) => Response::OutOfMemory,
                 Some(slot) => {
                     self.unreserve(conn, slot);
                     self.jobs[slot].pri = pri;
@@ -438,6 +450,9 @@ impl Engine {
             Command::Kick(bound) => Response::KickedCount(self.kick(self.used(conn), bound)),
             Command::KickJob(id) => match self.jobs.find(id) {
                 Some(slot) if matches!(self.jobs[slot].state(), State::Buried | State::Delayed) => {
+                    if !self.room_to_update(slot) {
+                        return Outcome::Reply(Response::OutOfMemory);
+                    }
                     self.kick_job(slot);
                     Response::Kicked
                 }
@@ -447,7 +462,8 @@ impl Engine {
             Command::StatsJob(id) => match self.jobs.find(id) {
                 Some(slot) => {
                     let job = &self.jobs[slot];
-                    Response::Ok(stats::job(job, &self.tubes[job.tube].name, self.now))
+                    let file = self.file_of(slot);
+                    Response::Ok(stats::job(job, &self.tubes[job.tube].name, file, self.now))
                 }
                 None => Response::NotFound,
             },
@@ -509,7 +525,12 @@ impl Engine {
         if self.draining {
             return Response::Draining;
         }
-        if self.jobs.is_full() || !self.store_ok {
+        let t = self.used(conn);
+        let change = Change::Put {
+            body: body.len(),
+            tube: self.tubes[t].name.as_bytes().len(),
+        };
+        if self.jobs.is_full() || !self.room.admits(change) {
             return Response::OutOfMemory;
         }
         let job = Job::new(
@@ -606,6 +627,7 @@ impl Engine {
         self.drop_tube_ref(job.tube);
         if self.config.journal {
             self.journal.push(Record::Delete(job.id));
+            self.room.charge(Change::Delete);
         }
     }
 
@@ -662,6 +684,9 @@ impl Engine {
                 tube.delayed.peek().map(|e| e.slot)
             };
             let Some(slot) = next else { break };
+            if !self.room_to_update(slot) {
+                break;
+            }
             self.kick_job(slot);
             kicked += 1;
         }
@@ -860,12 +885,51 @@ impl Engine {
             return;
         }
         let job = &self.jobs[slot];
-        let image = JobImage::of(job, &self.tubes[job.tube].name);
+        let tube = &self.tubes[job.tube].name;
+        let image = JobImage::of(job, tube);
+        self.room.charge(if new {
+            Change::Put {
+                body: job.body.len(),
+                tube: tube.as_bytes().len(),
+            }
+        } else {
+            Change::Update {
+                tube: tube.as_bytes().len(),
+            }
+        });
         self.journal.push(if new {
             Record::Put(image)
         } else {
             Record::Update(image)
         });
+        let slot = slot as usize;
+        if self.files.len() <= slot {
+            self.files.resize(slot + 1, 0);
+        }
+        self.files[slot] = self.file;
+    }
+
+    /// Whether the store has room to record a new state of job `slot`.
+    fn room_to_update(&self, slot: u32) -> bool {
+        let tube = self.tubes[self.jobs[slot].tube].name.as_bytes().len();
+        self.room.admits(Change::Update { tube })
+    }
+
+    /// The journal file holding job `slot`'s latest record (`stats-job`'s
+    /// `file`): the one it was written to, or, once the store has taken
+    /// that file in and removed it, the oldest one still kept. 0 without
+    /// a journal.
+    fn file_of(&self, slot: u32) -> u64 {
+        if !self.config.journal {
+            return 0;
+        }
+        let written = self.files.get(slot as usize).copied().unwrap_or(0);
+        let oldest = self
+            .config
+            .binlog
+            .oldest_index
+            .load(std::sync::atomic::Ordering::Relaxed);
+        u64::from(written).max(oldest)
     }
 
     // Waiting.
@@ -943,8 +1007,13 @@ impl Engine {
                 self.unreserve(conn, slot);
                 self.jobs[slot].timeouts += 1;
                 self.stats.timeouts += 1;
+                // It happens anyway; without room only its record is
+                // skipped (see `room.rs`).
+                let record = self.room_to_update(slot);
                 self.make_ready(slot);
-                self.record(slot, false);
+                if record {
+                    self.record(slot, false);
+                }
             }
         }
         let timed_out = self.conns[&conn]

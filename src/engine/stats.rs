@@ -142,7 +142,7 @@ pub(super) fn server(s: &Stats, server: &Server<'_>) -> Bytes {
 }
 
 /// The `stats-job` document.
-pub(super) fn job(job: &Job, tube: &TubeName, now: Time) -> Bytes {
+pub(super) fn job(job: &Job, tube: &TubeName, file: u64, now: Time) -> Bytes {
     let time_left = match job.state() {
         State::Reserved | State::Delayed => seconds_between(now, job.deadline),
         State::Ready | State::Buried => 0,
@@ -151,7 +151,7 @@ pub(super) fn job(job: &Job, tube: &TubeName, now: Time) -> Bytes {
     let _ = write!(
         out,
         "---\nid: {}\ntube: \"{}\"\nstate: {}\npri: {}\nage: {}\ndelay: {}\nttr: {}\n\
-         time-left: {}\nfile: 0\nreserves: {}\ntimeouts: {}\nreleases: {}\nburies: {}\nkicks: {}\n",
+         time-left: {}\nfile: {}\nreserves: {}\ntimeouts: {}\nreleases: {}\nburies: {}\nkicks: {}\n",
         job.id,
         tube,
         job.state().name(),
@@ -160,6 +160,7 @@ pub(super) fn job(job: &Job, tube: &TubeName, now: Time) -> Bytes {
         job.delay,
         job.ttr,
         time_left,
+        file,
         job.reserves,
         job.timeouts,
         job.releases,

@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 
 use sprout_protocol::JobId;
 
+use super::entry::Kind;
 use super::page;
 use super::record::Corrupt;
 use super::slots::{Slot, Slots};
@@ -112,9 +113,14 @@ impl Log {
                     }
                     Err(e) => return Err(e),
                 };
-                match entry.image {
-                    Some(_) => log.place(*seq, entry.id, entry.raw.len() as u32),
-                    None => _ = log.forget(entry.id),
+                match entry.kind {
+                    Kind::Image(_) => log.place(*seq, entry.id, entry.raw.len() as u32),
+                    Kind::Tombstone => _ = log.forget(entry.id),
+                    Kind::State(_) if salvage => {
+                        tracing::error!("skipping a job's state in a page");
+                        skipped += 1;
+                    }
+                    Kind::State(_) => return Err(Corrupt("a job's state in a page")),
                 }
             }
         }
@@ -122,7 +128,7 @@ impl Log {
         let mut images = Vec::with_capacity(log.jobs.len());
         for (seq, _, _, entries) in read {
             for entry in entries.flatten() {
-                if let Some(image) = entry.image.filter(|_| log.is_live(seq, entry.id)) {
+                if let Some(image) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
                     images.push(image);
                 }
             }

@@ -3,10 +3,23 @@
 //! The engine journals every change that must survive a restart
 //! ([`crate::engine::Record`]); under the engine lock, the server hands each
 //! command's records to the [`Store`] and gets a sequence number back, so
-//! records reach the store in engine order. The store reports, through a
-//! watch channel, how far it has got. Under `-f 0` a reply waits until its
-//! records are durable; otherwise replies go out at once and the store
-//! catches up within the fsync interval.
+//! records reach the store in engine order. Before a reply goes out, the
+//! connection waits until the store has done what the reply depends on
+//! ([`Progress`]): its records written to the journal (handed to the kernel),
+//! under `-f 0` also synced, and any job id it names below the id ceiling the
+//! disk holds. How the durable store does that is `journal.rs`; the rest of
+//! this directory:
+//!
+//! - `journal.rs`: the append path, group commit, the room figures;
+//! - `keeper.rs`: the journal's thread (syncs, files allocated ahead);
+//! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job;
+//! - `segment.rs`: journal files; `room.rs`: how much of them is free;
+//! - `ids.rs`: job ids never handed out twice;
+//! - `absorb.rs`: sled takes the journal in; `page.rs`, `log.rs`, `slots.rs`,
+//!   `blobs.rs`: how jobs are kept in sled, and kept bounded;
+//! - `recover.rs`: sled, then the journal's tail, back at startup;
+//! - `ballast.rs`: room for sled to open on a full disk;
+//! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
 //! no journal, so memory mode pays nothing for this.
@@ -16,14 +29,25 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::engine::Record;
+use sprout_protocol::JobId;
 
+use crate::engine::{Record, Room};
+
+mod absorb;
+mod ballast;
 mod blobs;
-pub mod checkpoint;
+pub mod durable;
+mod entry;
+mod frame;
+mod ids;
+mod journal;
+mod keeper;
 mod log;
 mod page;
-pub mod record;
-pub mod sled;
+mod record;
+mod recover;
+mod room;
+mod segment;
 mod slots;
 
 /// A submission's place in the store's order. 0 means "nothing to wait for".
@@ -43,9 +67,19 @@ pub enum Policy {
 /// How far the store has got.
 #[derive(Clone, Debug, Default)]
 pub struct Progress {
-    /// Every submission up to here is done: durable under
-    /// [`Policy::Always`], written to the store otherwise.
-    pub done: Seq,
+    /// Every submission up to here is written (handed to the kernel), or
+    /// failed.
+    pub written: Seq,
+    /// Every submission up to here is synced, or failed.
+    pub synced: Seq,
+    /// No job id at or above this was handed out, as far as the disk knows:
+    /// no reply may name one.
+    pub ids_below: JobId,
+    /// Every submission up to here is in the store of record.
+    pub absorbed: Seq,
+    /// The store of record is not taking submissions in (a low disk): then
+    /// nobody waits for it to catch up.
+    pub absorb_paused: bool,
     /// Recent submissions the store failed to write, as inclusive ranges.
     failed: Arc<Vec<(Seq, Seq)>>,
 }
@@ -60,16 +94,23 @@ impl Progress {
         self.failed.iter().any(|&(a, b)| (a..=b).contains(&seq))
     }
 
-    /// Marks submissions `from..=to` done, and failed if `failed`.
-    pub fn advance(&mut self, from: Seq, to: Seq, failed: bool) {
-        self.done = to;
-        if failed {
-            let list = Arc::make_mut(&mut self.failed);
-            if list.len() == FAILURES_KEPT {
-                list.remove(0);
-            }
-            list.push((from, to));
+    /// Marks submissions `from..=to` failed: written and synced as far as
+    /// anyone waiting on them is concerned.
+    pub fn fail(&mut self, from: Seq, to: Seq) {
+        self.written = self.written.max(to);
+        self.synced = self.synced.max(to);
+        let list = Arc::make_mut(&mut self.failed);
+        if list.len() == FAILURES_KEPT {
+            list.remove(0);
         }
+        list.push((from, to));
+    }
+
+    /// Whether a reply that waits for submission `seq` (synced if `sync`)
+    /// and names no job id at or above `id_bound` may go out.
+    pub fn allows(&self, seq: Seq, sync: bool, id_bound: JobId) -> bool {
+        let done = if sync { self.synced } else { self.written };
+        done >= seq && id_bound <= self.ids_below
     }
 }
 
@@ -82,11 +123,21 @@ pub trait Store: Send + Sync {
     /// Follows the store's progress.
     fn progress(&self) -> watch::Receiver<Progress>;
 
-    /// Whether replies must wait until their records are durable (`-f 0`).
-    fn replies_wait(&self) -> bool;
+    /// Whether replies wait until their records are synced (`-f 0`).
+    fn replies_wait_for_sync(&self) -> bool;
 
-    /// False while writes fail; the server then refuses new jobs.
-    fn healthy(&self) -> bool;
+    /// Writes what is queued now, for the caller's reply; false if someone
+    /// else is writing (their progress report follows).
+    fn write_out(&self) -> bool;
+
+    /// Asks for a sync soon.
+    fn request_sync(&self);
+
+    /// What the engine may still record (see `engine/room.rs`).
+    fn room(&self) -> Room;
+
+    /// The journal file being written (`stats-job`'s `file`), 0 if none.
+    fn file(&self) -> u32;
 
     /// Writes and makes durable everything submitted (at shutdown).
     fn close(&self);
@@ -100,7 +151,13 @@ pub struct Memory {
 impl Memory {
     pub fn new() -> Memory {
         Memory {
-            progress: watch::Sender::new(Progress::default()),
+            progress: watch::Sender::new(Progress {
+                written: Seq::MAX,
+                synced: Seq::MAX,
+                ids_below: JobId::MAX,
+                absorbed: Seq::MAX,
+                ..Progress::default()
+            }),
         }
     }
 }
@@ -120,12 +177,22 @@ impl Store for Memory {
         self.progress.subscribe()
     }
 
-    fn replies_wait(&self) -> bool {
+    fn replies_wait_for_sync(&self) -> bool {
         false
     }
 
-    fn healthy(&self) -> bool {
+    fn write_out(&self) -> bool {
         true
+    }
+
+    fn request_sync(&self) {}
+
+    fn room(&self) -> Room {
+        Room::UNLIMITED
+    }
+
+    fn file(&self) -> u32 {
+        0
     }
 
     fn close(&self) {}

@@ -1,23 +1,22 @@
-//! Pages: how a group commit's records are packed into sled values.
+//! Pages: how the journal's records are packed into sled values.
 //!
 //! sled 0.34's cost is per key, not per byte: an insert of a 150-byte job
 //! costs about as much CPU as one of 30 KiB, and that per-key cost capped
-//! `-f 0` at ~100k puts/s when every job had a key of its own. So the store
-//! is a log of pages instead: each group commit appends its records as one
-//! or a few pages of up to [`PAGE_BYTES`], a job's latest image lives in
-//! whichever page last wrote it, and a delete appends a tombstone. Reading
-//! every page in sequence order and applying its entries gives back exactly
-//! the live jobs (see `log.rs` for how the log is kept bounded).
+//! `-f 0` at ~100k puts/s when every job had a key of its own. So sled holds
+//! a log of pages instead: each batch taken in from the journal appends its
+//! records as one or a few pages of up to [`PAGE_BYTES`], a job's latest
+//! image lives in whichever page last wrote it, and a delete appends a
+//! tombstone. Reading every page in sequence order and applying its entries
+//! gives back exactly the live jobs (see `log.rs` for how the log is kept
+//! bounded).
 //!
-//! A page value: version byte, page sequence number (u64 LE), then entries.
-//! An entry: its length (u32 LE), then either a job image (`record.rs`,
-//! which starts with its own version byte and the job id) or a tombstone:
-//! [`TOMBSTONE`] and the id. Anything that does not decode exactly is
-//! reported as corrupt, never guessed at.
+//! A page value: version byte, page sequence number (u64 LE), then entries
+//! (`entry.rs`): images and tombstones only.
 
 use sprout_protocol::JobId;
 
-use super::record::{self, Corrupt};
+use super::entry::{self, Entries};
+use super::record::Corrupt;
 use super::slots::Slot;
 use crate::engine::JobImage;
 
@@ -34,8 +33,6 @@ pub const PAGE_BYTES: usize = 4 * 1024;
 
 const PAGE_VERSION: u8 = 1;
 const HEADER_LEN: usize = 1 + 8;
-/// First byte of a tombstone entry; job images start with their version.
-const TOMBSTONE: u8 = 0xD0;
 
 pub fn page_key(slot: Slot) -> [u8; 5] {
     let mut k = [PAGE_PREFIX; 5];
@@ -52,17 +49,6 @@ pub fn key_slot(key: &[u8]) -> Result<Slot, Corrupt> {
     Ok(Slot::from_be_bytes(bytes))
 }
 
-/// One entry of a page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry<'a> {
-    pub id: JobId,
-    /// The encoded job image; `None` for a tombstone.
-    pub image: Option<&'a [u8]>,
-    /// The whole entry as stored, length prefix included, for copying it
-    /// to another page unchanged.
-    pub raw: &'a [u8],
-}
-
 /// A page's sequence number and its entries.
 pub fn read(value: &[u8]) -> Result<(u64, Entries<'_>), Corrupt> {
     if value.len() < HEADER_LEN || value[0] != PAGE_VERSION {
@@ -72,54 +58,7 @@ pub fn read(value: &[u8]) -> Result<(u64, Entries<'_>), Corrupt> {
     Ok((seq, Entries(&value[HEADER_LEN..])))
 }
 
-/// The entries of a page, in the order they were written.
-#[derive(Clone)]
-pub struct Entries<'a>(&'a [u8]);
-
-impl<'a> Iterator for Entries<'a> {
-    type Item = Result<Entry<'a>, Corrupt>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.0.is_empty() {
-            return None;
-        }
-        let entry = split_entry(self.0);
-        // After a damaged entry the next one cannot be found: stop there.
-        self.0 = match entry {
-            Ok(e) => &self.0[e.raw.len()..],
-            Err(_) => &[],
-        };
-        Some(entry)
-    }
-}
-
-fn split_entry(bytes: &[u8]) -> Result<Entry<'_>, Corrupt> {
-    let truncated = Corrupt("a truncated page entry");
-    let len = bytes
-        .get(..4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-        .ok_or(truncated)?;
-    let payload = bytes.get(4..4 + len).ok_or(truncated)?;
-    let id = payload
-        .get(1..9)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .ok_or(Corrupt("a page entry too short for a job id"))?;
-    let image = if payload[0] == TOMBSTONE {
-        if payload.len() != 9 {
-            return Err(Corrupt("a tombstone of the wrong length"));
-        }
-        None
-    } else {
-        Some(payload)
-    };
-    Ok(Entry {
-        id,
-        image,
-        raw: &bytes[..4 + len],
-    })
-}
-
-/// Builds the pages of one commit, cutting a new page near [`PAGE_BYTES`].
+/// Builds the pages of one batch, cutting a new page near [`PAGE_BYTES`].
 #[derive(Default)]
 pub struct PageBuilder {
     done: Vec<Vec<u8>>,
@@ -130,20 +69,15 @@ impl PageBuilder {
     /// Appends a job's image; returns the index of the page it went into
     /// and the entry's stored length.
     pub fn image(&mut self, image: &JobImage) -> (usize, u32) {
-        let len = record::encoded_len(image);
-        let page = self.room_for(4 + len);
-        // Job bodies are limited far below 4 GiB (`-z`).
-        self.current.extend_from_slice(&(len as u32).to_le_bytes());
-        record::encode_job(image, &mut self.current);
-        (page, 4 + len as u32)
+        let page = self.room_for(entry::image_len(image));
+        let len = entry::push_image(&mut self.current, image);
+        (page, len as u32)
     }
 
     /// Appends a tombstone for `id`.
     pub fn tombstone(&mut self, id: JobId) {
-        self.room_for(4 + 9);
-        self.current.extend_from_slice(&9u32.to_le_bytes());
-        self.current.push(TOMBSTONE);
-        self.current.extend_from_slice(&id.to_le_bytes());
+        self.room_for(entry::TOMBSTONE_ENTRY_LEN);
+        entry::push_tombstone(&mut self.current, id);
     }
 
     /// Appends an entry copied from another page; returns as
@@ -190,41 +124,21 @@ pub fn seal(seq: u64, entries: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    use crate::engine::Stored;
-    use sprout_protocol::TubeName;
+    use crate::store::entry::{Entry, Kind};
+    use crate::store::record;
 
     fn image(id: JobId, body_len: usize) -> JobImage {
-        JobImage {
-            id,
-            tube: TubeName::new(b"t").unwrap(),
-            pri: 1,
-            ttr: 1,
-            delay: 0,
-            state: Stored::Ready,
-            created: 0,
-            reserves: 0,
-            timeouts: 0,
-            releases: 0,
-            buries: 0,
-            kicks: 0,
-            body: vec![0xAB; body_len].into(),
-        }
-    }
-
-    fn encoded(image: &JobImage) -> Vec<u8> {
-        let mut v = Vec::new();
-        record::encode_job(image, &mut v);
-        v
+        crate::store::entry::tests::image(id, body_len)
     }
 
     #[test]
     fn entries_read_back_in_order() {
         let mut b = PageBuilder::default();
         let seven = image(7, 3);
-        let len = 4 + record::encoded_len(&seven) as u32;
+        let len = entry::image_len(&seven) as u32;
         assert_eq!(b.image(&seven), (0, len));
         b.tombstone(5);
-        assert_eq!(b.bytes(), len as usize + 13);
+        assert_eq!(b.bytes(), len as usize + entry::TOMBSTONE_ENTRY_LEN);
         let pages = b.finish();
         assert_eq!(pages.len(), 1);
         let value = seal(42, &pages[0]);
@@ -232,12 +146,9 @@ mod tests {
         assert_eq!(seq, 42);
         let entries: Vec<Entry> = entries.map(Result::unwrap).collect();
         assert_eq!(entries.len(), 2);
-        assert_eq!(
-            (entries[0].id, entries[0].image),
-            (7, Some(&encoded(&seven)[..]))
-        );
-        assert_eq!(record::decode_job(entries[0].image.unwrap()), Ok(seven));
-        assert_eq!((entries[1].id, entries[1].image), (5, None));
+        assert_eq!(entries[0].id, 7);
+        assert_eq!(record::decode_job(entries[0].image().unwrap()), Ok(seven));
+        assert_eq!((entries[1].id, entries[1].kind), (5, Kind::Tombstone));
         let mut copy = PageBuilder::default();
         copy.copy(entries[0].raw);
         assert_eq!(copy.finish()[0], entries[0].raw);
@@ -260,7 +171,7 @@ mod tests {
         b.image(&image(7, 3));
         b.image(&image(8, 3));
         let value = seal(1, &b.finish()[0]);
-        let first_end = HEADER_LEN + 4 + record::encoded_len(&image(7, 3));
+        let first_end = HEADER_LEN + entry::image_len(&image(7, 3));
         // A page cut exactly between entries reads as a shorter page; sled's
         // atomic batches are what rule that out.
         for cut in (HEADER_LEN + 1..value.len()).filter(|&c| c != first_end) {
@@ -272,16 +183,6 @@ mod tests {
         let mut bad = value.clone();
         bad[0] = 9;
         assert!(read(&bad).is_err());
-        let mut b = PageBuilder::default();
-        b.tombstone(3);
-        let mut bad = seal(1, &b.finish()[0]);
-        bad[HEADER_LEN] = 10;
-        bad.push(0);
-        let (_, mut entries) = read(&bad).unwrap();
-        assert_eq!(
-            entries.next(),
-            Some(Err(Corrupt("a tombstone of the wrong length")))
-        );
         assert_eq!(key_slot(&page_key(77)).unwrap(), 77);
         assert!(key_slot(b"p12").is_err());
     }

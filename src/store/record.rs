@@ -1,15 +1,19 @@
 //! How a job and the store's counters are encoded.
 //!
-//! A job's image is stored whole, its id and body included, and rewritten on
-//! every change (in a new page: see `page.rs`): sled 0.34's cost is per key,
-//! so one self-contained value per change beats a layout that splits out
-//! the body. The store's other keys are two counters:
-//! - `n`: the next job id to issue, so ids stay above every id ever issued
-//!   even when the newest jobs were deleted before a restart;
-//! - `c`: the number of the last batch (see `checkpoint.rs`).
+//! In sled, a job's image is stored whole, its id and body included, and
+//! rewritten on every change (in a new page: see `page.rs`): sled 0.34's cost
+//! is per key, so one self-contained value per change beats a layout that
+//! splits out the body. The journal (`frame.rs`) writes a job's body only
+//! with its put; a later change writes its *state*: the same fields without
+//! the body, which recovery lays over the job's latest image. The store's
+//! other sled keys are two counters:
+//! - `n`: the id ceiling: no id at or above it was ever handed out, so ids
+//!   stay above every id ever issued even when the newest jobs were deleted
+//!   before a restart (see `ids.rs`);
+//! - `c`: the number of the last journal frame taken into sled.
 //!
-//! An image starts with a format version; anything that does not decode
-//! exactly is reported as corrupt, never guessed at.
+//! An image starts with a format version, a state with its own tag; anything
+//! that does not decode exactly is reported as corrupt, never guessed at.
 
 use std::fmt;
 
@@ -21,6 +25,8 @@ pub const NEXT_ID_KEY: &[u8] = b"n";
 pub const COMMIT_KEY: &[u8] = b"c";
 
 const VERSION: u8 = 1;
+/// First byte of a job's state (an image without its body).
+pub const STATE_TAG: u8 = 0xD1;
 /// Version, id, state tag, state value, pri, ttr, delay, created, five
 /// counters, tube name length; then the name.
 const FIXED_LEN: usize = 1 + 8 + 1 + 8 + 4 + 4 + 4 + 8 + 5 * 4 + 1;
@@ -40,19 +46,34 @@ pub fn encoded_len(image: &JobImage) -> usize {
     FIXED_LEN + image.tube.as_bytes().len() + image.body.len()
 }
 
+/// The length of [`encode_state`]'s output.
+pub fn state_len(image: &JobImage) -> usize {
+    FIXED_LEN + image.tube.as_bytes().len()
+}
+
 /// Appends the stored form of a job to `out`: its fixed fields, its tube
 /// name, then its body.
 pub fn encode_job(image: &JobImage, out: &mut Vec<u8>) {
+    encode_fields(VERSION, image, out);
+    out.extend_from_slice(&image.body);
+}
+
+/// Appends a job's state to `out`: [`encode_job`] without the body.
+pub fn encode_state(image: &JobImage, out: &mut Vec<u8>) {
+    encode_fields(STATE_TAG, image, out);
+}
+
+fn encode_fields(tag: u8, image: &JobImage, out: &mut Vec<u8>) {
     let name = image.tube.as_bytes();
-    let (tag, value) = match image.state {
+    let (state_tag, value) = match image.state {
         Stored::Ready => (0u8, 0),
         Stored::Reserved => (1, 0),
         Stored::Delayed(at) => (2, at),
         Stored::Buried(seq) => (3, seq),
     };
-    out.push(VERSION);
-    out.extend_from_slice(&image.id.to_le_bytes());
     out.push(tag);
+    out.extend_from_slice(&image.id.to_le_bytes());
+    out.push(state_tag);
     out.extend_from_slice(&value.to_le_bytes());
     for n in [image.pri, image.ttr, image.delay] {
         out.extend_from_slice(&n.to_le_bytes());
@@ -70,13 +91,21 @@ pub fn encode_job(image: &JobImage, out: &mut Vec<u8>) {
     // Tube names are at most 200 bytes.
     out.push(name.len() as u8);
     out.extend_from_slice(name);
-    out.extend_from_slice(&image.body);
 }
 
 /// Reads back what [`encode_job`] wrote.
 pub fn decode_job(value: &[u8]) -> Result<JobImage, Corrupt> {
+    decode_fields(VERSION, value, true)
+}
+
+/// Reads back what [`encode_state`] wrote: the image, with an empty body.
+pub fn decode_state(value: &[u8]) -> Result<JobImage, Corrupt> {
+    decode_fields(STATE_TAG, value, false)
+}
+
+fn decode_fields(tag: u8, value: &[u8], with_body: bool) -> Result<JobImage, Corrupt> {
     let mut r = Reader(value);
-    if r.u8()? != VERSION {
+    if r.u8()? != tag {
         return Err(Corrupt("an unknown record version"));
     }
     let id: JobId = r.u64()?;
@@ -95,7 +124,11 @@ pub fn decode_job(value: &[u8]) -> Result<JobImage, Corrupt> {
         (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
     let len = usize::from(r.u8()?);
     let tube = TubeName::new(r.take(len)?).ok_or(Corrupt("an invalid tube name"))?;
-    let body = bytes::Bytes::copy_from_slice(r.0);
+    let body = match with_body {
+        true => bytes::Bytes::copy_from_slice(r.0),
+        false if r.0.is_empty() => bytes::Bytes::new(),
+        false => return Err(Corrupt("trailing bytes after a job's state")),
+    };
     Ok(JobImage {
         id,
         tube,
@@ -189,6 +222,30 @@ mod tests {
             let back = decode_job(&value).unwrap();
             assert_eq!(back, original);
         }
+    }
+
+    #[test]
+    fn a_state_is_an_image_without_its_body() {
+        let original = image(Stored::Delayed(77));
+        let mut value = Vec::new();
+        encode_state(&original, &mut value);
+        assert_eq!(value.len(), state_len(&original));
+        let back = decode_state(&value).unwrap();
+        assert_eq!(back.body.len(), 0);
+        assert_eq!(
+            back,
+            JobImage {
+                body: bytes::Bytes::new(),
+                ..original.clone()
+            }
+        );
+        // Neither decoder takes the other's bytes.
+        assert!(decode_job(&value).is_err());
+        let mut job = Vec::new();
+        encode_job(&original, &mut job);
+        assert!(decode_state(&job).is_err());
+        value.push(0);
+        assert!(decode_state(&value).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sprout_protocol::TubeName;
 
-use super::{Options, SledStore};
+use super::{DurableStore, Options, Recovered};
 use crate::engine::{BinlogStats, JobImage, Record, Stored};
 use crate::store::log::SLACK;
 use crate::store::{Policy, Store};
@@ -51,23 +51,25 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
     }
 }
 
-fn open(dir: &std::path::Path) -> (SledStore, super::Recovered) {
+fn open(dir: &std::path::Path) -> (DurableStore, Recovered) {
     // The default window: records left alone are applied (and the log
     // cleaned) 50 ms after they arrive.
     open_with(dir, Policy::Every(Duration::from_millis(50)))
 }
 
-fn open_with(dir: &std::path::Path, policy: Policy) -> (SledStore, super::Recovered) {
+fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered) {
     let options = Options {
         dir: dir.to_path_buf(),
         policy,
         cache_bytes: 16 << 20,
         salvage: false,
+        file_size: 1 << 20,
+        max_job_size: 65_535,
     };
     // sled's background threads let go of the directory lock a little
     // after a close.
     for _ in 0..100 {
-        match SledStore::open(&options, Arc::new(BinlogStats::default())) {
+        match DurableStore::open(&options, Arc::new(BinlogStats::default())) {
             Ok(opened) => return opened,
             Err(e) if e.to_string().contains("acquire lock") => {
                 std::thread::sleep(Duration::from_millis(50))
@@ -143,6 +145,7 @@ fn pages_read_back_exactly_the_live_jobs() {
     }
     let before = recovered.stored_bytes;
     store.submit(gone.iter().map(|&id| Record::Delete(id)).collect());
+    assert!(store.write_out());
     std::thread::sleep(Duration::from_millis(500));
     store.close();
     let (_store, recovered) = open(&dir);
@@ -157,28 +160,36 @@ fn pages_read_back_exactly_the_live_jobs() {
 }
 
 #[test]
-fn a_job_put_and_deleted_within_one_window_is_never_written() {
+fn a_job_put_and_deleted_within_one_window_never_reaches_sled() {
     let mut rng = Rng(7);
-    let mut stored_after = |policy: Policy| {
-        let dir =
-            std::env::temp_dir().join(format!("sprout-window-{}-{policy:?}", std::process::id()));
+    let mut stored_after = |pause: Duration| {
+        let dir = std::env::temp_dir().join(format!(
+            "sprout-window-{}-{}",
+            std::process::id(),
+            pause.as_millis()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
-        let (store, _) = open_with(&dir, policy);
+        let (store, _) = open_with(&dir, Policy::Always);
         let (kept, gone) = (image(1, &mut rng), image(2, &mut rng));
-        // Separate submissions, as from separate commands.
-        store.submit(vec![Record::Put(kept.clone())]);
-        store.submit(vec![Record::Put(gone)]);
+        // Separate submissions, as from separate commands, each written to
+        // the journal as its reply would be.
+        for records in [vec![Record::Put(kept.clone())], vec![Record::Put(gone)]] {
+            store.submit(records);
+            assert!(store.write_out());
+        }
+        std::thread::sleep(pause);
         store.submit(vec![Record::Delete(2)]);
+        assert!(store.write_out());
         store.close();
-        let (_store, recovered) = open_with(&dir, policy);
+        let (_store, recovered) = open_with(&dir, Policy::Always);
         assert_eq!(recovered.jobs, vec![kept]);
         let stored = recovered.stored_bytes;
         let _ = std::fs::remove_dir_all(&dir);
         stored
     };
-    let windowed = stored_after(Policy::Every(Duration::from_secs(3600)));
-    let one_by_one = stored_after(Policy::Always);
-    // Under -f 0 each submission is its own commit: job 2's image and its
-    // tombstone are on disk too.
-    assert!(windowed < one_by_one, "{windowed} vs {one_by_one} bytes");
+    let windowed = stored_after(Duration::ZERO);
+    // Past the window, sled took job 2 in before its delete came: its
+    // image and its tombstone are in sled too.
+    let apart = stored_after(Duration::from_millis(300));
+    assert!(windowed < apart, "{windowed} vs {apart} bytes");
 }

@@ -1,0 +1,420 @@
+//! The absorber: sled takes the journal in, behind the replies.
+//!
+//! One thread owns sled. It takes the journal's frames in order, gathers
+//! what arrives within [`WINDOW`] of the first (earlier once it holds
+//! [`WINDOW_SUBMISSIONS`] commands or [`WINDOW_BYTES`]), and applies it as
+//! one atomic batch: the window's last word on each job it touched, packed
+//! into pages (`page.rs`), what cleaning copies out of the oldest pages
+//! (`log.rs`), the number of the last frame it holds (`c`) and its id
+//! ceiling (`n`). A job put and deleted within one window (one its worker
+//! takes at once) never reaches sled. While a window is open the thread
+//! looks at the channel every [`GATHER`] instead of being woken per frame
+//! (waking a thread per command costs more than the command).
+//!
+//! sled is flushed only when that frees something: once every frame of a
+//! journal file the writer has moved past is in sled, sled is flushed and
+//! synced (`fdatasync` of its log, or `syncfs` when it wrote blob files it
+//! never syncs: `blobs.rs`), under every policy, and only then is the file
+//! removed. So sled's costly flush is paid once per journal file, not per
+//! reply, and nothing the journal drops is still needed.
+//!
+//! What "flush" means with sled 0.34 on Linux: `Db::flush` writes sled's
+//! buffers with `pwrite` and calls only `sync_file_range` on them, which
+//! flushes neither the file's metadata (its growing size) nor the drive's
+//! write cache; hence the `fdatasync` after it.
+//!
+//! sled 0.34 does not survive a failed write in-process (after ENOSPC its
+//! next flush never returns). So on a disk with less free space than a
+//! batch needs (with a margin) the absorber waits instead of writing, and
+//! tries again every [`LOW_DISK_RETRY`]; the journal, with room of its own
+//! (`room.rs`), keeps every change meanwhile. Should a sled write fail
+//! anyway, the absorber stops: the journal still keeps everything, no
+//! journal file is removed any more, and a restart takes the journal in.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+use sprout_protocol::JobId;
+use tokio::sync::watch;
+
+use super::ballast::free_space;
+use super::blobs::Blobs;
+use super::log::{self, Log};
+use super::page::{self, PageBuilder};
+use super::record::{self, COMMIT_KEY, NEXT_ID_KEY};
+use super::{segment, Progress, Seq};
+use crate::engine::{BinlogStats, JobImage, Record};
+
+/// What the journal sends the absorber, in journal order.
+pub enum Absorb {
+    /// A frame was written: its commit number, the last submission in it,
+    /// its id ceiling and its records.
+    Frame {
+        commit: u64,
+        last_seq: Seq,
+        ids_below: JobId,
+        records: Vec<Record>,
+    },
+    /// The writer moved past journal file `number`, whose last frame is
+    /// `last_commit`: it can go once sled holds that durably.
+    Retired { number: u64, last_commit: u64 },
+    /// Take in everything, flush, then answer.
+    Close(mpsc::SyncSender<()>),
+}
+
+/// How long the first frame of a window waits for others.
+const WINDOW: Duration = Duration::from_millis(50);
+/// How often an open window looks at the channel.
+const GATHER: Duration = Duration::from_micros(500);
+/// A window is applied early once it holds this many commands...
+const WINDOW_SUBMISSIONS: u64 = 4096;
+/// ... or once its records hold this many bytes.
+const WINDOW_BYTES: usize = 16 << 20;
+/// How often a window held back by a low disk is tried again.
+const LOW_DISK_RETRY: Duration = Duration::from_millis(100);
+/// Free space sled must have beyond twice a batch's bytes: a new sled log
+/// segment and a snapshot, with room to spare.
+const LOW_DISK_MARGIN: u64 = 2 << 20;
+
+/// What sled holds, as the absorber starts.
+pub struct State {
+    pub log: Log,
+    /// The last journal frame sled holds.
+    pub commit: u64,
+    pub ids_below: JobId,
+    /// Journal files older than the current one, oldest first, with their
+    /// last frame.
+    pub retired: VecDeque<(u64, u64)>,
+}
+
+pub struct Absorber {
+    pub db: ::sled::Db,
+    /// sled's log file, for `fdatasync`.
+    pub file: File,
+    pub blobs: Blobs,
+    pub store_dir: PathBuf,
+    pub stats: Arc<BinlogStats>,
+    pub progress: Arc<watch::Sender<Progress>>,
+    pub state: State,
+    /// Set by the first failed sled write (see the module docs).
+    pub broken: Option<String>,
+    /// The last frame sled holds durably.
+    pub flushed: u64,
+}
+
+#[derive(Default)]
+struct Window {
+    frames: Vec<(u64, Vec<Record>)>,
+    bytes: usize,
+    first_seq: Option<Seq>,
+    last_seq: Seq,
+    ids_below: JobId,
+    opened: Option<Instant>,
+}
+
+impl Window {
+    fn push(&mut self, commit: u64, last_seq: Seq, ids_below: JobId, records: Vec<Record>) {
+        self.bytes += records.iter().map(held_bytes).sum::<usize>();
+        self.opened.get_or_insert_with(Instant::now);
+        if last_seq > 0 {
+            self.first_seq.get_or_insert(last_seq);
+            self.last_seq = last_seq;
+        }
+        self.ids_below = ids_below;
+        self.frames.push((commit, records));
+    }
+
+    fn full(&self) -> bool {
+        self.bytes >= WINDOW_BYTES
+            || self
+                .first_seq
+                .is_some_and(|first| self.last_seq - first >= WINDOW_SUBMISSIONS)
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.opened.map(|at| at + WINDOW)
+    }
+}
+
+/// About what a record keeps alive while it waits: its body, and the rest.
+fn held_bytes(record: &Record) -> usize {
+    match record {
+        Record::Put(image) | Record::Update(image) => image.body.len() + 64,
+        Record::Delete(_) => 16,
+    }
+}
+
+impl Absorber {
+    pub fn run(mut self, rx: mpsc::Receiver<Absorb>) {
+        let mut window = Window::default();
+        let mut low_disk_until: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            let apply = window.full() || window.due().is_some_and(|due| due <= now);
+            if apply && !low_disk_until.is_some_and(|until| until > now) {
+                low_disk_until = match self.apply(&mut window) {
+                    true => None,
+                    false => Some(now + LOW_DISK_RETRY),
+                };
+            }
+            self.retire();
+            let received = if window.frames.is_empty() && self.can_clean() {
+                match rx.try_recv() {
+                    Err(TryRecvError::Empty) => {
+                        // Nothing waits: a cleaning step on its own.
+                        let result = self.commit(&[]);
+                        self.report(result);
+                        continue;
+                    }
+                    received => received.ok(),
+                }
+            } else {
+                // Held back by a low disk: wake per frame, or to try again.
+                let wait = match (low_disk_until, window.due()) {
+                    (Some(until), _) => Err(until),
+                    (None, Some(due)) => Ok(due),
+                    (None, None) => Err(Instant::now() + Duration::from_secs(1)),
+                };
+                match wait {
+                    Ok(due) => {
+                        let left = due.saturating_duration_since(Instant::now());
+                        std::thread::sleep(GATHER.min(left));
+                        match rx.try_recv() {
+                            Err(TryRecvError::Empty) => continue,
+                            received => received.ok(),
+                        }
+                    }
+                    Err(until) => {
+                        match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                            Err(RecvTimeoutError::Timeout) => continue,
+                            received => received.ok(),
+                        }
+                    }
+                }
+            };
+            // The channel only closes once the journal is gone.
+            let Some(message) = received else { return };
+            match message {
+                Absorb::Frame {
+                    commit,
+                    last_seq,
+                    ids_below,
+                    records,
+                } => window.push(commit, last_seq, ids_below, records),
+                Absorb::Retired {
+                    number,
+                    last_commit,
+                } => self.state.retired.push_back((number, last_commit)),
+                Absorb::Close(done) => {
+                    self.close(&mut window);
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn can_clean(&self) -> bool {
+        self.broken.is_none() && self.state.log.over_bound()
+    }
+
+    /// Applies the window to sled unless the disk is too low for it; says
+    /// whether the window is done with (applied, or dropped after sled
+    /// failed).
+    fn apply(&mut self, window: &mut Window) -> bool {
+        if window.frames.is_empty() {
+            return true;
+        }
+        if self.broken.is_none() && self.disk_too_low(window.bytes) {
+            self.progress.send_modify(|p| p.absorb_paused = true);
+            return false;
+        }
+        let window = std::mem::take(window);
+        if self.broken.is_none() {
+            let result = self.commit(&window.frames);
+            if self.report(result) {
+                self.state.ids_below = window.ids_below;
+            }
+        }
+        let absorbed = window.last_seq;
+        let paused = self.broken.is_some();
+        self.progress.send_modify(|p| {
+            p.absorbed = p.absorbed.max(absorbed);
+            p.absorb_paused = paused;
+        });
+        true
+    }
+
+    fn disk_too_low(&self, bytes: usize) -> bool {
+        let needed = 2 * bytes as u64 + LOW_DISK_MARGIN;
+        match free_space(&self.store_dir) {
+            Ok(free) if free >= needed => false,
+            Ok(free) => {
+                if !self.progress.borrow().absorb_paused {
+                    tracing::warn!(
+                        "the disk is nearly full ({free} bytes free): sled waits, the \
+                         journal keeps every change meanwhile"
+                    );
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Removes the journal files sled holds entirely, after making sled
+    /// durable if it is not yet.
+    fn retire(&mut self) {
+        if self.broken.is_some() {
+            return;
+        }
+        while let Some(&(number, last_commit)) = self.state.retired.front() {
+            if last_commit > self.state.commit {
+                return;
+            }
+            if self.flushed < last_commit {
+                let result = self.make_durable();
+                if !self.report(result) {
+                    return;
+                }
+            }
+            if let Err(e) = segment::remove(&segment::dir(&self.store_dir), number) {
+                tracing::warn!("cannot remove journal file {number}: {e}");
+                return;
+            }
+            self.state.retired.pop_front();
+            let oldest = match self.state.retired.front() {
+                Some(&(next, _)) => next,
+                None => self.stats.current_index.load(Ordering::Relaxed),
+            };
+            self.stats.oldest_index.store(oldest, Ordering::Relaxed);
+        }
+    }
+
+    fn close(&mut self, window: &mut Window) {
+        // A low disk does not hold a clean stop: what sled cannot take in
+        // now, the journal keeps for the next start.
+        if !window.frames.is_empty() && !self.disk_too_low(window.bytes) {
+            self.apply(window);
+        }
+        if self.broken.is_none() && self.flushed < self.state.commit {
+            let result = self.make_durable();
+            self.report(result);
+        }
+        self.retire();
+    }
+
+    /// Applies frames as one atomic batch: their last word on each job
+    /// they touched, in new pages, plus what cleaning the oldest pages
+    /// copies out of them. No frames: a cleaning step on its own.
+    fn commit(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
+        let mut order = Vec::new();
+        let mut last: FxHashMap<JobId, Option<&JobImage>> = FxHashMap::default();
+        for record in frames.iter().flat_map(|(_, records)| records) {
+            let (id, image) = match record {
+                Record::Put(image) | Record::Update(image) => (image.id, Some(image)),
+                Record::Delete(id) => (*id, None),
+            };
+            if last.insert(id, image).is_none() {
+                order.push(id);
+            }
+        }
+        let log = &mut self.state.log;
+        let first_seq = log.next_seq();
+        let mut pages = PageBuilder::default();
+        for id in order {
+            let stored = log.forget(id);
+            match last[&id] {
+                Some(image) => {
+                    let (page, len) = pages.image(image);
+                    log.place(first_seq + page as u64, id, len);
+                }
+                None if stored => pages.tombstone(id),
+                None => {}
+            }
+        }
+        let mut batch = ::sled::Batch::default();
+        self.clean(&mut pages, &mut batch, first_seq)?;
+        let log = &mut self.state.log;
+        for entries in pages.finish() {
+            let value = page::seal(log.next_seq(), &entries);
+            let (_, slot) = log.add_page(value.len());
+            batch.insert(&page::page_key(slot), value);
+        }
+        let commit = frames.last().map_or(self.state.commit, |(c, _)| *c);
+        batch.insert(COMMIT_KEY, &commit.to_le_bytes());
+        batch.insert(NEXT_ID_KEY, &self.state.ids_below.to_le_bytes());
+        self.db.apply_batch(batch).map_err(io::Error::from)?;
+        self.state.commit = commit;
+        Ok(())
+    }
+
+    /// Cleans the oldest pages while the log is over its bound (see
+    /// `log.rs`): their live images go into `pages`, they leave the tree.
+    fn clean(
+        &mut self,
+        pages: &mut PageBuilder,
+        batch: &mut ::sled::Batch,
+        first_seq: u64,
+    ) -> io::Result<()> {
+        let budget = match pages.bytes() {
+            0 => log::IDLE_CLEAN_BYTES,
+            written => log::clean_budget(written as u64),
+        };
+        let log = &mut self.state.log;
+        let (mut cleaned, mut moved) = (0, 0);
+        while let Some((seq, slot)) = log.to_clean(budget, cleaned) {
+            let key = page::page_key(slot);
+            let value = self.db.get(key).map_err(io::Error::from)?;
+            let value = value.ok_or_else(|| io::Error::other(format!("page {seq} is missing")))?;
+            let corrupt = |e: record::Corrupt| io::Error::other(format!("page {seq}: {e}"));
+            let (_, entries) = page::read(&value).map_err(corrupt)?;
+            for entry in entries {
+                let entry = entry.map_err(corrupt)?;
+                if entry.image().is_some() && log.is_live(seq, entry.id) {
+                    let (page, len) = pages.copy(entry.raw);
+                    log.place(first_seq + page as u64, entry.id, len);
+                    moved += 1;
+                }
+            }
+            cleaned += value.len() as u64;
+            batch.remove(&key);
+            log.remove_oldest();
+        }
+        self.stats
+            .records_migrated
+            .fetch_add(moved, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn make_durable(&mut self) -> io::Result<()> {
+        self.db.flush().map_err(io::Error::from)?;
+        // See the module docs: sled's flush alone is not an fsync; nor does
+        // sled ever sync its blob files (see `blobs.rs`).
+        self.blobs.sync(&self.file)?;
+        self.flushed = self.state.commit;
+        Ok(())
+    }
+
+    /// Logs a failure and stops writing to sled; says whether `result`
+    /// was Ok.
+    fn report(&mut self, result: io::Result<()>) -> bool {
+        let Err(e) = result else { return true };
+        if self.broken.is_none() {
+            tracing::error!(
+                "the store failed to take in the journal: {e}; the journal keeps \
+                 every change, and a restart takes it in"
+            );
+            self.broken = Some(e.to_string());
+            self.progress.send_modify(|p| p.absorb_paused = true);
+        }
+        false
+    }
+}

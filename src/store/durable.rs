@@ -1,0 +1,205 @@
+//! The durable store (`-b DIR`): opens sled and the journal, recovers, and
+//! starts the store's two threads: the keeper (`keeper.rs`, the journal's)
+//! and the absorber (`absorb.rs`, sled's). Connections write the journal
+//! themselves (`journal.rs`).
+//!
+//! What DIR holds: sled's files (`db`, `conf`, `snap.*`, `blobs/`), and
+//! `journal/`: the journal files, numbered, and the ballast
+//! (`ballast.rs`).
+
+use std::fs::File;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::absorb::{Absorb, Absorber};
+use super::ballast::Ballast;
+use super::blobs::Blobs;
+use super::journal::{Journal, Settings};
+use super::keeper::Keeper;
+use super::recover::{self, Recovered};
+use super::{ids, segment, Policy, Progress, Seq, Store};
+use crate::engine::{BinlogStats, Record, Room};
+
+/// The smallest journal file `-s` may ask for.
+pub const MIN_FILE_SIZE: u64 = 64 << 10;
+/// The largest.
+pub const MAX_FILE_SIZE: u64 = 1 << 30;
+
+/// How to open a store.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub dir: PathBuf,
+    pub policy: Policy,
+    /// sled's page cache, in bytes: the main part of the store's memory.
+    pub cache_bytes: u64,
+    /// Start with whatever decodes, skipping damaged jobs, instead of
+    /// refusing to start.
+    pub salvage: bool,
+    /// `-s`: the size of each journal file (clamped to
+    /// [`MIN_FILE_SIZE`]..=[`MAX_FILE_SIZE`]).
+    pub file_size: u64,
+    /// `-z`: the largest job body.
+    pub max_job_size: u32,
+}
+
+pub struct DurableStore {
+    journal: Arc<Journal>,
+}
+
+fn other(what: String) -> io::Error {
+    io::Error::other(what)
+}
+
+/// How long shutdown waits for the last writes.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl DurableStore {
+    /// Opens (or creates) the store in `options.dir` and reads back every
+    /// job. A damaged store is an error unless `options.salvage` is set.
+    pub fn open(
+        options: &Options,
+        stats: Arc<BinlogStats>,
+    ) -> io::Result<(DurableStore, Recovered)> {
+        let dir = &options.dir;
+        let file_size = options.file_size.clamp(MIN_FILE_SIZE, MAX_FILE_SIZE);
+        std::fs::create_dir_all(segment::dir(dir))
+            .map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
+        let ballast = Ballast::prepare(dir)?;
+        let db = ::sled::Config::new()
+            .path(dir)
+            .cache_capacity(options.cache_bytes)
+            // sled writes only when the absorber says so.
+            .flush_every_ms(None)
+            .open()
+            .map_err(|e| {
+                // sled reports its file lock only in the message text.
+                let hint = if e.to_string().contains("acquire lock") {
+                    "is another sprout using this directory?"
+                } else {
+                    "if it is damaged, move it aside; sled cannot open it even to salvage"
+                };
+                other(format!(
+                    "cannot open the store in {}: {e} ({hint})",
+                    dir.display()
+                ))
+            })?;
+        let opened = recover::recover(&db, dir, options.salvage, file_size).map_err(|e| {
+            other(format!(
+                "the store in {} is damaged: {e}; refusing to start so no job is \
+                 silently dropped (start with --salvage to keep what can be read)",
+                dir.display()
+            ))
+        })?;
+        let progress = Arc::new(watch::Sender::new(Progress::default()));
+        let (absorb_tx, absorb_rx) = mpsc::channel();
+        let start = opened.journal;
+        if let Some((commit, records)) = opened.tail {
+            let _ = absorb_tx.send(Absorb::Frame {
+                commit,
+                last_seq: 0,
+                ids_below: start.ids_below,
+                records,
+            });
+        }
+        let oldest = opened
+            .absorb
+            .retired
+            .front()
+            .map_or(start.current.number, |&(n, _)| n);
+        stats.oldest_index.store(oldest, Ordering::Relaxed);
+        let next_id = start.next_id;
+        let settings = Settings {
+            policy: options.policy,
+            dir: segment::dir(dir),
+            file_size,
+            max_job_size: options.max_job_size,
+        };
+        let journal = Arc::new(Journal::new(
+            settings,
+            start,
+            absorb_tx.clone(),
+            progress.clone(),
+            stats.clone(),
+        ));
+        // The ceiling goes ahead of the ids to come before the first of
+        // them (see `ids.rs`). On a full disk that may not fit: puts are
+        // refused then anyway.
+        let ahead = journal
+            .write_ceiling(next_id + ids::BLOCK)
+            .and_then(|()| journal.sync());
+        match ahead {
+            Ok((written, ids_below)) => progress.send_modify(|p| {
+                p.written = written;
+                p.synced = written;
+                p.ids_below = ids_below;
+            }),
+            Err(e) => tracing::warn!("cannot write the id ceiling yet: {e}"),
+        }
+        let absorber = Absorber {
+            file: File::open(dir.join("db"))?,
+            db,
+            blobs: Blobs::new(dir),
+            store_dir: dir.clone(),
+            stats,
+            progress,
+            state: opened.absorb,
+            broken: None,
+            flushed: 0,
+        };
+        std::thread::Builder::new()
+            .name("sprout-store".into())
+            .spawn(move || absorber.run(absorb_rx))?;
+        let keeper = Keeper::new(journal.clone(), absorb_tx, ballast);
+        std::thread::Builder::new()
+            .name("sprout-journal".into())
+            .spawn(move || keeper.run())?;
+        Ok((DurableStore { journal }, opened.recovered))
+    }
+}
+
+impl Store for DurableStore {
+    fn submit(&self, records: Vec<Record>) -> Seq {
+        self.journal.submit(records)
+    }
+
+    fn progress(&self) -> watch::Receiver<Progress> {
+        self.journal.progress.subscribe()
+    }
+
+    fn replies_wait_for_sync(&self) -> bool {
+        self.journal.policy == Policy::Always
+    }
+
+    fn write_out(&self) -> bool {
+        self.journal.write_out()
+    }
+
+    fn request_sync(&self) {
+        self.journal.bell.ring_sync();
+    }
+
+    fn room(&self) -> Room {
+        self.journal.room()
+    }
+
+    fn file(&self) -> u32 {
+        self.journal.current_file()
+    }
+
+    fn close(&self) {
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        self.journal.bell.ring_close(done_tx);
+        // Bounded: a disk that hangs must not keep the process from exiting.
+        if done_rx.recv_timeout(CLOSE_TIMEOUT).is_err() {
+            tracing::error!("the store did not finish its last writes in {CLOSE_TIMEOUT:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

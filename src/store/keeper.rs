@@ -1,0 +1,244 @@
+//! The keeper: the journal's background thread (see `journal.rs`).
+//!
+//! - It syncs: under `-f 0` as soon as asked (one `fdatasync` answers every
+//!   reply waiting by then), under `-f MS` at most MS after a write, and
+//!   under every policy when the id ceiling rose (`ids.rs`).
+//! - It writes, within a second, what no reply waits for (a TTR running out).
+//! - It allocates journal files ahead of the room they give and removes
+//!   spares no longer needed (`room.rs`), and keeps the ballast in place
+//!   (`ballast.rs`).
+//! - At a clean stop it writes the exact next id, syncs, and waits for sled
+//!   to take in everything (`absorb.rs`).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::absorb::Absorb;
+use super::ballast::Ballast;
+use super::journal::Journal;
+use super::{segment, Policy};
+
+/// How often the keeper looks at the room and the ballast.
+const TICK: Duration = Duration::from_millis(100);
+/// Ticks between writes of what no reply waits for.
+const WRITE_TICKS: u32 = 10;
+/// How long a failed allocation waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+/// Journal files allocated in one tick, at most.
+const ALLOCATIONS_PER_TICK: usize = 16;
+/// How long a clean stop waits for sled.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the journal's users reach the keeper.
+#[derive(Default)]
+pub struct Bell {
+    wants: Mutex<Wants>,
+    cond: Condvar,
+}
+
+#[derive(Default)]
+struct Wants {
+    sync: bool,
+    /// A spare was taken: allocate the next one now.
+    room: bool,
+    /// Under `-f MS`: when the oldest unsynced write was made.
+    dirty_since: Option<Instant>,
+    close: Option<mpsc::SyncSender<()>>,
+}
+
+impl Bell {
+    /// Asks for a sync as soon as possible.
+    pub fn ring_sync(&self) {
+        let mut wants = self.lock();
+        if !wants.sync {
+            wants.sync = true;
+            self.cond.notify_one();
+        }
+    }
+
+    /// Says a spare journal file was taken into use.
+    pub fn ring_room(&self) {
+        let mut wants = self.lock();
+        if !wants.room {
+            wants.room = true;
+            self.cond.notify_one();
+        }
+    }
+
+    /// Says something was written that is not synced yet.
+    pub fn ring_dirty(&self) {
+        let mut wants = self.lock();
+        if wants.dirty_since.is_none() {
+            wants.dirty_since = Some(Instant::now());
+            self.cond.notify_one();
+        }
+    }
+
+    /// Asks for a clean stop; `done` is answered once it is made.
+    pub fn ring_close(&self, done: mpsc::SyncSender<()>) {
+        self.lock().close = Some(done);
+        self.cond.notify_one();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Wants> {
+        self.wants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What the keeper does next.
+enum Job {
+    Sync,
+    Tick,
+    Close(mpsc::SyncSender<()>),
+}
+
+pub struct Keeper {
+    journal: Arc<Journal>,
+    absorb: mpsc::Sender<Absorb>,
+    ballast: Ballast,
+    next_tick: Instant,
+    ticks: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Keeper {
+    pub fn new(journal: Arc<Journal>, absorb: mpsc::Sender<Absorb>, ballast: Ballast) -> Keeper {
+        Keeper {
+            journal,
+            absorb,
+            ballast,
+            next_tick: Instant::now(),
+            ticks: 0,
+            retry_at: None,
+        }
+    }
+
+    pub fn run(mut self) {
+        loop {
+            match self.next_job() {
+                Job::Sync => self.sync(),
+                Job::Tick => self.tick(),
+                Job::Close(done) => {
+                    self.close();
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn next_job(&mut self) -> Job {
+        let bell = &self.journal.bell;
+        let mut wants = bell.lock();
+        loop {
+            if let Some(done) = wants.close.take() {
+                return Job::Close(done);
+            }
+            let now = Instant::now();
+            let sync_due = match (self.journal.policy, wants.dirty_since) {
+                (Policy::Every(interval), Some(since)) => Some(since + interval),
+                _ => None,
+            };
+            if wants.sync || sync_due.is_some_and(|due| due <= now) {
+                wants.sync = false;
+                wants.dirty_since = None;
+                return Job::Sync;
+            }
+            if self.next_tick <= now || wants.room {
+                wants.room = false;
+                self.next_tick = now + TICK;
+                return Job::Tick;
+            }
+            let until = sync_due.map_or(self.next_tick, |due| due.min(self.next_tick));
+            wants = bell
+                .cond
+                .wait_timeout(wants, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    fn sync(&self) {
+        match self.journal.sync() {
+            Ok((written, ids_below)) => self.journal.progress.send_modify(|p| {
+                p.synced = p.synced.max(written);
+                p.ids_below = p.ids_below.max(ids_below);
+            }),
+            Err(e) => {
+                // After a failed fsync the kernel may have dropped the
+                // pages: nothing unsynced can be counted on.
+                tracing::error!(
+                    "journal sync failed: {e}; refusing every change until sprout is \
+                     restarted"
+                );
+                self.journal.fail_unsynced();
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        self.ticks += 1;
+        if self.ticks % WRITE_TICKS == 0 {
+            self.journal.write_queued(&mut self.journal.writer());
+        }
+        self.keep_room();
+        self.ballast.keep(2 * self.journal.file_size);
+    }
+
+    /// Allocates journal files while the capacity is below what the room
+    /// wants; removes a spare when there is more than three files too much.
+    fn keep_room(&mut self) {
+        let journal = &self.journal;
+        if let Err(e) = journal.measure_disk() {
+            tracing::warn!("cannot measure the disk's free space: {e}");
+        }
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        for _ in 0..ALLOCATIONS_PER_TICK {
+            let (wanted, capacity) = journal.capacity();
+            if capacity >= wanted {
+                if capacity > wanted + 3 * journal.file_size as i64 {
+                    if let Some(spare) = journal.take_spare() {
+                        if let Err(e) = segment::remove(&journal.dir, spare.number) {
+                            tracing::warn!("cannot remove spare journal file: {e}");
+                        }
+                    }
+                }
+                return;
+            }
+            match journal.allocate_spare() {
+                Ok(()) => {
+                    if self.retry_at.take().is_some() {
+                        tracing::info!("journal files can be allocated again");
+                    }
+                }
+                Err(e) => {
+                    if self.retry_at.is_none() {
+                        tracing::warn!(
+                            "cannot allocate a journal file ({e}): new jobs are refused \
+                             once the room left runs out; deletes still work"
+                        );
+                    }
+                    self.retry_at = Some(Instant::now() + RETRY);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn close(&self) {
+        let journal = &self.journal;
+        if let Err(e) = journal.write_ceiling(journal.exact_ceiling()) {
+            tracing::error!("cannot write the last id ceiling: {e}");
+        }
+        self.sync();
+        let (done, finished) = mpsc::sync_channel(1);
+        let _ = self.absorb.send(Absorb::Close(done));
+        // Bounded: a disk that hangs must not keep the process from exiting.
+        if finished.recv_timeout(CLOSE_TIMEOUT).is_err() {
+            tracing::error!("the store did not finish taking in the journal in {CLOSE_TIMEOUT:?}");
+        }
+    }
+}

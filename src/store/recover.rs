@@ -1,0 +1,482 @@
+//! Recovery: sled's pages, then the journal's tail laid over them.
+//!
+//! sled holds every journal frame up to its commit number `c` (`absorb.rs`);
+//! the journal files hold the frames since (and maybe some before, not yet
+//! removed). Reading them in commit order, a frame counts if its checksum
+//! holds and its number is one up from the last; the first that does not is
+//! where the journal ends (a tail torn by a crash), and everything after it
+//! is dropped, never replayed. One jump is allowed: to a number just past
+//! sled's `c`, which is how the journal continues when sled kept more than
+//! the journal did (a power loss under `-F`).
+//!
+//! Damage is refused, not silently read as a shorter store: sled 0.34 reads
+//! a damaged stretch of its own log as the end of the log and opens without
+//! complaint, so if the journal's oldest frame is past what sled holds plus
+//! one, frames acknowledged before it are gone from both, and the start is
+//! refused (`--salvage` starts with what can be read).
+//!
+//! Then the journal is made ready to continue: the torn tail is zeroed and
+//! files after it removed (so no stale frame can ever line up behind a new
+//! one), all synced before the first new frame.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use sprout_protocol::JobId;
+
+use super::absorb;
+use super::entry::Kind;
+use super::frame;
+use super::journal::{Segment, Start};
+use super::log::Log;
+use super::page::{self, PAGE_PREFIX};
+use super::record::{self, COMMIT_KEY, NEXT_ID_KEY};
+use super::segment;
+use crate::engine::{JobImage, Record, Stored};
+
+/// The file an earlier version of sprout kept the last durable commit in;
+/// read once, for the same check, then removed.
+const LEGACY_CHECKPOINT: &str = "sprout-commit";
+
+/// What a store held at startup.
+pub struct Recovered {
+    /// Non-buried jobs by id, then buried jobs in bury order: the order to
+    /// restore them in.
+    pub jobs: Vec<JobImage>,
+    /// The next id to issue.
+    pub next_id: JobId,
+    /// Damaged jobs skipped (only with salvage).
+    pub skipped: usize,
+    /// The size of sled's pages, and of the live job images in them.
+    pub stored_bytes: u64,
+    pub live_bytes: u64,
+    /// Journal frames laid over sled.
+    pub replayed: usize,
+}
+
+/// Everything the store's threads start from.
+pub struct Opened {
+    pub recovered: Recovered,
+    pub absorb: absorb::State,
+    /// The journal's tail, for sled to take in first: each touched job's
+    /// final image or delete, as of frame `.0`.
+    pub tail: Option<(u64, Vec<Record>)>,
+    pub journal: Start,
+}
+
+fn corrupt(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// Reads a counter key, 0 when absent.
+fn counter(db: &::sled::Db, key: &[u8]) -> io::Result<u64> {
+    match db.get(key)? {
+        Some(v) => record::decode_u64(&v).map_err(|e| corrupt(e.to_string())),
+        None => Ok(0),
+    }
+}
+
+/// A journal file as read.
+struct Read {
+    number: u64,
+    file: File,
+    bytes: Vec<u8>,
+    /// (commit, ids_below, offset, len) of each frame that checks out, up
+    /// to the first that does not.
+    frames: Vec<(u64, JobId, usize, usize)>,
+}
+
+impl Read {
+    fn first_commit(&self) -> Option<u64> {
+        self.frames.first().map(|f| f.0)
+    }
+}
+
+fn read_journal(dir: &Path) -> io::Result<Vec<Read>> {
+    let mut files = Vec::new();
+    for number in segment::list(dir)? {
+        let file = segment::open(dir, number)?;
+        let bytes = segment::read(&file)
+            .map_err(|e| io::Error::new(e.kind(), format!("journal file {number}: {e}")))?;
+        let mut frames = Vec::new();
+        let mut at = segment::MAGIC.len();
+        while let Some(f) = frame::read(&bytes[at..]) {
+            frames.push((f.commit, f.ids_below, at, f.len));
+            at += f.len;
+        }
+        files.push(Read {
+            number,
+            file,
+            bytes,
+            frames,
+        });
+    }
+    Ok(files)
+}
+
+/// Where the journal ends: a file (by index into the used files) and the
+/// number of its frames that count.
+struct End {
+    file: usize,
+    frames: usize,
+}
+
+/// Finds where the journal ends (see the module docs), given sled's commit.
+fn find_end(used: &[Read], sled_commit: u64) -> End {
+    let mut prev: Option<u64> = None;
+    for (i, file) in used.iter().enumerate() {
+        for (k, &(commit, ..)) in file.frames.iter().enumerate() {
+            if let Some(prev) = prev {
+                let next = commit == prev + 1 || (commit > prev + 1 && commit - 1 <= sled_commit);
+                if !next {
+                    return End { file: i, frames: k };
+                }
+            }
+            prev = Some(commit);
+        }
+    }
+    End {
+        file: used.len().saturating_sub(1),
+        frames: used.last().map_or(0, |f| f.frames.len()),
+    }
+}
+
+/// Reads sled and the journal back (see the module docs), and readies the
+/// journal to go on. `file_size` is `-s`.
+pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> io::Result<Opened> {
+    let sled_commit = counter(db, COMMIT_KEY)?;
+    let sled_ceiling = counter(db, NEXT_ID_KEY)?;
+    let refuse = |what: String| -> io::Result<()> {
+        if !salvage {
+            return Err(corrupt(what));
+        }
+        tracing::error!("salvaging: {what}");
+        Ok(())
+    };
+    let legacy = store.join(LEGACY_CHECKPOINT);
+    if let Ok(bytes) = std::fs::read(&legacy) {
+        let durable = bytes
+            .get(..8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        if sled_commit < durable {
+            refuse(format!(
+                "sled ends at commit {sled_commit} but commit {durable} was made durable \
+                 ({LEGACY_CHECKPOINT} says so): its log is damaged or truncated"
+            ))?;
+        }
+    }
+
+    // sled's pages.
+    let mut pages = Vec::new();
+    for item in db.iter() {
+        let (key, value) = item?;
+        match key.first() {
+            Some(&PAGE_PREFIX) => pages.push((
+                page::key_slot(&key).map_err(|e| corrupt(e.to_string()))?,
+                value,
+            )),
+            _ if *key == *COMMIT_KEY || *key == *NEXT_ID_KEY => {}
+            _ => {
+                return Err(corrupt(format!(
+                    "it holds a key this sprout does not know ({:?}): was it written by \
+                     another version?",
+                    String::from_utf8_lossy(&key)
+                )))
+            }
+        }
+    }
+    let replayed = Log::replay(&pages, salvage).map_err(|e| corrupt(e.to_string()))?;
+    let mut skipped = replayed.skipped;
+    let mut jobs: Vec<Option<JobImage>> = Vec::with_capacity(replayed.images.len());
+    for image in replayed.images {
+        match record::decode_job(image) {
+            Ok(image) => jobs.push(Some(image)),
+            Err(e) if salvage => {
+                tracing::error!("skipping a damaged job: {e}");
+                skipped += 1;
+            }
+            Err(e) => return Err(corrupt(e.to_string())),
+        }
+    }
+    let (stored_bytes, live_bytes) = replayed.log.sizes();
+    let log = replayed.log;
+
+    // The journal.
+    let dir = segment::dir(store);
+    std::fs::create_dir_all(&dir)?;
+    let files = read_journal(&dir)?;
+    let next_number = files.last().map_or(1, |f| f.number + 1);
+    let (mut used, unused): (Vec<Read>, Vec<Read>) =
+        files.into_iter().partition(|f| !f.frames.is_empty());
+    used.sort_by_key(|f| f.first_commit());
+    if let Some(first) = used.first().and_then(Read::first_commit) {
+        if first > sled_commit + 1 {
+            refuse(format!(
+                "sled ends at commit {sled_commit} but the journal only starts at \
+                 {first}: sled's log is damaged or truncated"
+            ))?;
+        }
+    }
+    let end = find_end(&used, sled_commit);
+
+    // Lay the frames sled does not hold over its jobs.
+    let mut index: FxHashMap<JobId, usize> = FxHashMap::default();
+    let mut touched: Vec<JobId> = Vec::new();
+    let mut frames_replayed = 0;
+    let (mut last_commit, mut last_ceiling) = (None, None);
+    for (i, file) in used.iter().enumerate().take(end.file + 1) {
+        let count = if i == end.file {
+            end.frames
+        } else {
+            file.frames.len()
+        };
+        for &(commit, ids_below, at, len) in &file.frames[..count] {
+            last_commit = Some(commit);
+            last_ceiling = Some(ids_below);
+            if commit <= sled_commit {
+                continue;
+            }
+            if index.is_empty() && !jobs.is_empty() {
+                index = jobs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, j)| Some((j.as_ref()?.id, k)))
+                    .collect();
+            }
+            frames_replayed += 1;
+            let frame = frame::read(&file.bytes[at..at + len]).expect("read before");
+            for entry in frame.entries {
+                let damaged = |e: &dyn std::fmt::Display| format!("journal frame {commit}: {e}");
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(e) => {
+                        refuse(damaged(&e))?;
+                        skipped += 1;
+                        break;
+                    }
+                };
+                let at = index.get(&entry.id).copied();
+                let image = match entry.kind {
+                    Kind::Image(bytes) => record::decode_job(bytes).map(Some),
+                    Kind::State(bytes) => match at.and_then(|k| jobs[k].as_ref()) {
+                        Some(old) => record::decode_state(bytes).map(|state| {
+                            Some(JobImage {
+                                body: old.body.clone(),
+                                ..state
+                            })
+                        }),
+                        None => Err(record::Corrupt("a state for a job that is not stored")),
+                    },
+                    Kind::Tombstone => Ok(None),
+                };
+                let image = match image {
+                    Ok(image) => image,
+                    Err(e) => {
+                        refuse(damaged(&e))?;
+                        skipped += 1;
+                        continue;
+                    }
+                };
+                touched.push(entry.id);
+                match at {
+                    Some(k) => jobs[k] = image,
+                    None => {
+                        if image.is_some() {
+                            index.insert(entry.id, jobs.len());
+                            jobs.push(image);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let tail = last_commit.filter(|&c| c > sled_commit).map(|commit| {
+        touched.sort_unstable();
+        touched.dedup();
+        let records = touched
+            .iter()
+            .map(|id| match index.get(id).and_then(|&k| jobs[k].clone()) {
+                Some(image) => Record::Put(image),
+                None => Record::Delete(*id),
+            })
+            .collect();
+        (commit, records)
+    });
+    let mut jobs: Vec<JobImage> = jobs.into_iter().flatten().collect();
+    // Buried jobs go last, oldest burial first, so they bury in order.
+    jobs.sort_unstable_by_key(|image| match image.state {
+        Stored::Buried(seq) => (1, seq),
+        _ => (0, image.id),
+    });
+
+    // The newest of sled and the journal names the ceiling.
+    let ceiling = match (last_commit, last_ceiling) {
+        (Some(c), Some(ceiling)) if c >= sled_commit => ceiling,
+        _ => sled_ceiling,
+    };
+    let highest = jobs.iter().map(|j| j.id).max().unwrap_or(0);
+    let next_id = ceiling.max(highest + 1).max(1);
+
+    // Ready the journal to go on where it ends.
+    let commit = last_commit.unwrap_or(0).max(sled_commit);
+    let mut retired = VecDeque::new();
+    let current = if used.is_empty() {
+        None
+    } else {
+        for dropped in used.drain(end.file + 1..) {
+            tracing::warn!(
+                "dropping journal file {} past the end of the journal",
+                dropped.number
+            );
+            std::fs::remove_file(segment::path(&dir, dropped.number))?;
+        }
+        let last = used.pop().expect("used files");
+        for file in &used {
+            let last_commit = file.frames.last().map_or(0, |f| f.0);
+            retired.push_back((file.number, last_commit));
+        }
+        let offset = last.frames[..end.frames]
+            .last()
+            .map_or(segment::MAGIC.len(), |&(_, _, at, len)| at + len);
+        let data_end = segment::data_end(&last.bytes);
+        if data_end > offset {
+            tracing::warn!(
+                "journal file {}: cutting a torn tail of {} bytes",
+                last.number,
+                data_end - offset
+            );
+            segment::zero(&last.file, offset as u64, data_end as u64)?;
+            last.file.sync_data()?;
+        }
+        segment::sync_dir(&dir)?;
+        Some(Segment {
+            number: last.number,
+            size: last.bytes.len() as u64,
+            file: Arc::new(last.file),
+            offset: offset as u64,
+        })
+    };
+    let mut spares = VecDeque::new();
+    for f in unused {
+        // A spare holds nothing but a frame a crash tore at its start.
+        let data_end = segment::data_end(&f.bytes);
+        if data_end > segment::MAGIC.len() {
+            segment::zero(&f.file, segment::MAGIC.len() as u64, data_end as u64)?;
+            f.file.sync_data()?;
+        }
+        spares.push_back(Segment {
+            number: f.number,
+            size: f.bytes.len() as u64,
+            file: Arc::new(f.file),
+            offset: segment::MAGIC.len() as u64,
+        });
+    }
+    // What was read must be on the disk before anything new goes after
+    // it: after a kill -9 some of it may still be only in the kernel.
+    for file in &used {
+        file.file.sync_data()?;
+    }
+    if let Some(current) = &current {
+        current.file.sync_data()?;
+    }
+    if sled_commit > last_commit.unwrap_or(0) {
+        // The journal goes on past a jump that only sled covers.
+        db.flush()?;
+        File::open(store.join("db"))?.sync_data()?;
+    }
+    let current = match current.or_else(|| spares.pop_front()) {
+        Some(current) => current,
+        None => {
+            let file = segment::create(&dir, next_number, file_size)?;
+            Segment {
+                number: next_number,
+                file: Arc::new(file),
+                size: file_size,
+                offset: segment::MAGIC.len() as u64,
+            }
+        }
+    };
+    let next_number = next_number.max(current.number + 1);
+    if legacy.exists() {
+        // The journal does its work from here on.
+        std::fs::remove_file(&legacy)?;
+    }
+    let live = jobs.len() as i64;
+    Ok(Opened {
+        recovered: Recovered {
+            jobs,
+            next_id,
+            skipped,
+            stored_bytes,
+            live_bytes,
+            replayed: frames_replayed,
+        },
+        absorb: absorb::State {
+            log,
+            commit: sled_commit,
+            ids_below: sled_ceiling,
+            retired,
+        },
+        tail,
+        journal: Start {
+            current,
+            spares,
+            commit,
+            ids_below: ceiling,
+            next_id,
+            live,
+            next_number,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn used(files: &[&[u64]]) -> Vec<Read> {
+        files
+            .iter()
+            .enumerate()
+            .map(|(i, commits)| Read {
+                number: i as u64 + 1,
+                file: tempfile(),
+                bytes: Vec::new(),
+                frames: commits.iter().map(|&c| (c, 0, 0, 0)).collect(),
+            })
+            .collect()
+    }
+
+    fn tempfile() -> File {
+        File::open("/dev/null").unwrap()
+    }
+
+    /// Files of frame commits, sled's commit, (file, frames) that count.
+    type Case = (&'static [&'static [u64]], u64, (usize, usize));
+
+    #[test]
+    fn where_the_journal_ends() {
+        let table: &[Case] = &[
+            (&[&[1, 2, 3]], 0, (0, 3)),
+            (&[&[1, 2], &[3, 4]], 0, (1, 2)),
+            // A gap: the end, wherever it is.
+            (&[&[1, 2, 4]], 0, (0, 2)),
+            (&[&[1, 2], &[4, 5]], 0, (1, 0)),
+            // A number going back: stale, the end.
+            (&[&[5, 6, 2]], 4, (0, 2)),
+            // The one jump: past what sled holds.
+            (&[&[1, 2, 9, 10]], 8, (0, 4)),
+            (&[&[1, 2], &[9]], 8, (1, 1)),
+            (&[&[1, 2, 9]], 7, (0, 2)),
+            (&[], 3, (0, 0)),
+        ];
+        for &(files, sled, want) in table {
+            let end = find_end(&used(files), sled);
+            assert_eq!((end.file, end.frames), want, "{files:?} sled at {sled}");
+        }
+    }
+}

@@ -1,7 +1,9 @@
-//! Crash stress: the real binary with `-b DIR -f 0` under concurrent
-//! producers, consumers and a kicker (each on its own connection), SIGKILLed
-//! at a random moment (50–500 ms in), restarted on the same directory, and
-//! checked against what the clients were told:
+//! Crash stress: the real binary with `-b DIR` under each fsync policy
+//! (`-f 0`, the default `-f 50`, `-F`: all must be kill -9 safe, since a
+//! reply waits for its records to be written to the journal) under
+//! concurrent producers, consumers and a kicker (each on its own
+//! connection), SIGKILLed at a random moment (50–500 ms in), restarted on
+//! the same directory, and checked against what the clients were told:
 //!
 //! - every acknowledged put (INSERTED, or a job seen in RESERVED) is present
 //!   with its body and tube, unless its delete was acknowledged;
@@ -24,7 +26,7 @@
 //! "In flight" means sent without an answer when the server died: such a
 //! command may or may not have taken effect, and the checks allow both.
 //!
-//! 3 iterations by default; `SPROUT_STRESS_ITERATIONS=N` runs N.
+//! 2 iterations per policy by default; `SPROUT_STRESS_ITERATIONS=N` runs N.
 //! `SPROUT_STRESS_SEED` fixes the random seed (the interleaving still varies).
 
 mod common;
@@ -344,10 +346,10 @@ fn timed(f: impl FnOnce() -> Res<()>) -> (Res<()>, Instant) {
 }
 
 /// One iteration: load, SIGKILL, restart, check. Returns the violations.
-fn iteration(n: u64, seed: u64) -> Vec<String> {
+fn iteration(n: u64, seed: u64, policy: &[&str]) -> Vec<String> {
     let store = TempDir::new();
     let dir = store.path().join("store");
-    let mut server = TestServer::start_with_store(&dir, &["-f", "0"]);
+    let mut server = TestServer::start_with_store(&dir, policy);
     let port = server.port();
     let shared = Arc::new(Shared {
         log: Mutex::new(Log::default()),
@@ -383,7 +385,7 @@ fn iteration(n: u64, seed: u64) -> Vec<String> {
         }
     }
     let log = std::mem::take(&mut *shared.log());
-    let server = TestServer::start_with_store(&dir, &["-f", "0"]);
+    let server = TestServer::start_with_store(&dir, policy);
     let violations = check(&server, &log);
     let acked = log.jobs.len();
     let deleted = log
@@ -392,8 +394,8 @@ fn iteration(n: u64, seed: u64) -> Vec<String> {
         .filter(|j| j.last == Last::Deleted)
         .count();
     eprintln!(
-        "iteration {n}: seed {seed}, killed after {run_for:?}, {acked} jobs acknowledged, \
-         {deleted} deleted, {} violations",
+        "{policy:?} iteration {n}: seed {seed}, killed after {run_for:?}, {acked} jobs \
+         acknowledged, {deleted} deleted, {} violations",
         violations.len()
     );
     violations
@@ -556,15 +558,15 @@ fn check(server: &TestServer, log: &Log) -> Vec<String> {
     v
 }
 
-#[test]
-fn acknowledged_work_survives_sigkill_under_load() {
-    if !sprout_only("acknowledged_work_survives_sigkill_under_load") {
+/// Runs the stress under `policy`, failing with every violation found.
+fn stress(name: &str, policy: &[&str]) {
+    if !sprout_only(name) {
         return;
     }
     let iterations: u64 = std::env::var("SPROUT_STRESS_ITERATIONS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(2);
     let base_seed: u64 = std::env::var("SPROUT_STRESS_SEED")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -577,7 +579,7 @@ fn acknowledged_work_survives_sigkill_under_load() {
     let mut failures = Vec::new();
     for n in 0..iterations {
         let seed = base_seed.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        let violations = iteration(n, seed);
+        let violations = iteration(n, seed, policy);
         if !violations.is_empty() {
             failures.push(format!(
                 "iteration {n} (seed {seed}):\n  {}",
@@ -587,8 +589,26 @@ fn acknowledged_work_survives_sigkill_under_load() {
     }
     assert!(
         failures.is_empty(),
-        "{} of {iterations} iterations broke a guarantee:\n{}",
+        "{} of {iterations} iterations under {policy:?} broke a guarantee:\n{}",
         failures.len(),
         failures.join("\n")
     );
+}
+
+#[test]
+fn acknowledged_work_survives_sigkill_under_f0() {
+    stress("acknowledged_work_survives_sigkill_under_f0", &["-f", "0"]);
+}
+
+#[test]
+fn acknowledged_work_survives_sigkill_under_the_default_policy() {
+    stress(
+        "acknowledged_work_survives_sigkill_under_the_default_policy",
+        &[],
+    );
+}
+
+#[test]
+fn acknowledged_work_survives_sigkill_under_no_fsync() {
+    stress("acknowledged_work_survives_sigkill_under_no_fsync", &["-F"]);
 }

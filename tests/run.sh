@@ -4,9 +4,10 @@
 # Needs: a Rust toolchain, python3 (for a real client from PyPI),
 # redis-server (for the Redis TTL bridge tests), promtool, chromium and
 # chromedriver (for the HTTP tests), systemd's tools, dpkg and podman (for
-# the service tests; cargo-deb comes from crates.io); each installed with
-# apt-get when missing and run as root, else those tests print a note and
-# pass (under CI=true they fail).
+# the service tests; cargo-deb comes from crates.io), strace (for the test
+# of what the store writes before a reply); each installed with apt-get
+# when missing and run as root, else those tests print a note and pass
+# (under CI=true they fail).
 # Idempotent: a second run reuses the Python environment under target/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,8 @@ cd "$(dirname "$0")/.."
 if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && apt-get install -y -qq redis-server
 fi
-# The HTTP tests: promtool checks /metrics, chromium drives the dashboard.
+# The HTTP tests: promtool checks /metrics, chromium drives the dashboard;
+# strace watches what the store writes.
 missing=""
 command -v promtool >/dev/null || missing="$missing prometheus"
 command -v chromium >/dev/null || missing="$missing chromium"
@@ -26,6 +28,7 @@ command -v adduser >/dev/null || missing="$missing adduser"
 for tool in podman runc mmdebstrap; do
     command -v $tool >/dev/null || missing="$missing $tool"
 done
+command -v strace >/dev/null || missing="$missing strace"
 if [ -n "$missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing
 fi

@@ -67,6 +67,7 @@ impl DurableStore {
     ) -> io::Result<(DurableStore, Recovered)> {
         let dir = &options.dir;
         let file_size = options.file_size.clamp(MIN_FILE_SIZE, MAX_FILE_SIZE);
+        let new = !dir.join("conf").exists();
         std::fs::create_dir_all(segment::dir(dir))
             .map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
         let ballast = Ballast::prepare(dir)?;
@@ -88,6 +89,15 @@ impl DurableStore {
                     dir.display()
                 ))
             })?;
+        if new {
+            // sled wrote its `conf` and the directories are new: all of it
+            // durable before the first reply, like everything else.
+            File::open(dir.join("conf"))?.sync_all()?;
+            segment::sync_dir(dir)?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                segment::sync_dir(parent)?;
+            }
+        }
         let opened = recover::recover(&db, dir, options.salvage, file_size).map_err(|e| {
             other(format!(
                 "the store in {} is damaged: {e}; refusing to start so no job is \

@@ -35,7 +35,7 @@ use tokio_util::codec::Decoder;
 
 use crate::engine::{ConnId, Outcome};
 use crate::shared::{Letter, Mailbox, Shared};
-use crate::store::{Progress, Seq};
+use crate::store::{self, Progress};
 
 /// Requests decoded ahead of execution, at most.
 const MAX_PENDING: usize = 512;
@@ -45,11 +45,6 @@ const WRITE_HIGH_WATER: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// While parked in `reserve`, stop reading once this much input is queued.
 const PARKED_READ_LIMIT: usize = 64 * 1024;
-/// How many commands' records may wait to be taken into the store of
-/// record (sled) before replies wait for it to catch up: records held in
-/// memory stay bounded (a few of its batches), unless it waits for room on
-/// the disk (then the journal's own room bounds them).
-const MAX_ABSORB_LAG: Seq = 16 * 1024;
 
 /// Serves one client until it quits, hangs up or fails.
 pub async fn serve<S>(stream: S, shared: Arc<Shared>, max_job_size: u32)
@@ -185,7 +180,8 @@ where
                 .filter_map(|(response, _)| named_id(response))
                 .max()
                 .map_or(0, |id| id + 1);
-            let progress = self.store_allows(shared, newest, id_bound).await?;
+            let progress =
+                store::acknowledged(&*shared.store, &mut self.progress, newest, id_bound).await?;
             self.fail_unstored(shared, &progress);
         }
         for (response, _) in self.answers.drain(..) {
@@ -196,45 +192,6 @@ where
             self.wbuf.clear();
         }
         Ok(())
-    }
-
-    /// Waits until replies that depend on submission `seq` and name job
-    /// ids below `id_bound` may go out (see [`Progress::allows`]), writing
-    /// the journal itself when nobody else is.
-    async fn store_allows(
-        &mut self,
-        shared: &Shared,
-        seq: Seq,
-        id_bound: JobId,
-    ) -> io::Result<Progress> {
-        let store = &shared.store;
-        let sync = store.replies_wait_for_sync();
-        loop {
-            let (allowed, lagging, written, ids_below) = {
-                let p = self.progress.borrow_and_update();
-                let lagging = !p.absorb_paused && seq > p.absorbed.saturating_add(MAX_ABSORB_LAG);
-                (
-                    p.allows(seq, sync, id_bound),
-                    lagging,
-                    p.written,
-                    p.ids_below,
-                )
-            };
-            if allowed && !lagging {
-                return Ok(self.progress.borrow().clone());
-            }
-            if !allowed {
-                if sync || id_bound > ids_below {
-                    store.request_sync();
-                } else if written < seq && store.write_out() {
-                    continue;
-                }
-            }
-            self.progress
-                .changed()
-                .await
-                .map_err(|_| io::Error::other("the store stopped"))?;
-        }
     }
 
     /// Turns the answers whose records the store failed to keep into errors:

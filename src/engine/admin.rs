@@ -8,6 +8,9 @@
 //! policy. A reserved job belongs to the worker holding it: no admin call
 //! takes it away.
 //!
+//! The store's room rules apply as to the commands (`room.rs`): a kick or a
+//! move the store has no room to record is refused; a delete never is.
+//!
 //! Flush and move work in batches: one call changes at most `max` jobs
 //! and the caller drops the lock between calls, so a million jobs flushed
 //! never hold up a client for more than one batch.
@@ -18,7 +21,7 @@ use bytes::Bytes;
 use sprout_protocol::{JobId, Response, TubeName};
 
 use super::job::State;
-use super::{Engine, Time};
+use super::{Change, Engine, Time};
 
 /// Why an admin change was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +34,7 @@ pub enum AdminError {
     WrongState,
     /// Drain mode (SIGUSR1): no new jobs.
     Draining,
-    /// The job table is full or the store is refusing writes.
+    /// The job table is full, or the store has no room to record it.
     OutOfMemory,
 }
 
@@ -48,6 +51,9 @@ impl Engine {
         self.tick(now);
         let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
         match self.jobs[slot].state() {
+            State::Buried | State::Delayed if !self.room_to_update(slot) => {
+                Err(AdminError::OutOfMemory)
+            }
             State::Buried | State::Delayed => {
                 self.kick_job(slot);
                 Ok(())
@@ -113,11 +119,18 @@ impl Engine {
             return Ok(0);
         }
         let dest = self.tubes.find_or_make(to);
+        let moved = Change::Update {
+            tube: to.as_bytes().len(),
+        };
         let mut done = 0;
         while done < max as u64 {
             let Some(slot) = self.first_in(source, state) else {
                 break;
             };
+            // Each move is recorded: as many as the store has room for.
+            if !self.room.admits(moved) {
+                break;
+            }
             let seq = self.jobs[slot].deadline;
             self.take_out(slot);
             self.jobs[slot].tube = dest;

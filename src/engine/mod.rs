@@ -525,7 +525,6 @@ impl Engine {
         if self.draining {
             return Response::Draining;
         }
-        let t = self.used(conn);
         let change = Change::Put {
             body: body.len(),
             tube: self.tubes[t].name.as_bytes().len(),

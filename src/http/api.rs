@@ -437,7 +437,7 @@ async fn put(State(app): State<Arc<App>>, Path(raw): Path<String>, Json(put): Js
     let delay = Duration::from_secs(put.delay.unwrap_or(0).into());
     let ttr = Duration::from_secs(put.ttr.map_or(DEFAULT_TTR, u64::from));
     let (result, unstored) = app
-        .change(|engine, now| engine.put_into(&name, pri, delay, ttr, body, now))
+        .change_naming(|engine, now| engine.put_into(&name, pri, delay, ttr, body, now))
         .await?;
     let id = result?;
     if unstored {

@@ -5,13 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use sprout_protocol::TubeName;
+use sprout_protocol::{JobId, TubeName};
 
 use crate::bridge;
-
-use crate::engine::Engine;
+use crate::engine::{AdminError, Engine};
 use crate::shared::Shared;
-use crate::store::Seq;
+use crate::store::{self, Seq};
 
 use super::error::ApiError;
 use super::history::History;
@@ -101,23 +100,38 @@ impl App {
             let value = f(&mut state.engine, now);
             (value, state.submit())
         };
-        let failed = if shared.store.replies_wait() {
-            !stored(shared, seq).await?
-        } else {
-            false
+        let failed = !stored(shared, seq, 0).await?;
+        Ok((value, failed))
+    }
+
+    /// [`App::change`] for a change that hands out a job id: the answer
+    /// also waits until the disk's id ceiling is above it.
+    pub async fn change_naming(
+        &self,
+        f: impl FnOnce(&mut Engine, u64) -> Result<JobId, AdminError>,
+    ) -> Result<(Result<JobId, AdminError>, bool), ApiError> {
+        let shared = self.server()?;
+        let (value, seq) = {
+            let now = shared.clock.now();
+            let mut state = shared.lock();
+            let value = f(&mut state.engine, now);
+            (value, state.submit())
         };
+        let id_bound = value.as_ref().map_or(0, |id| id + 1);
+        let failed = !stored(shared, seq, id_bound).await?;
         Ok((value, failed))
     }
 }
 
-/// Waits until the store has done submission `seq`; false if it failed.
-pub async fn stored(shared: &Shared, seq: Seq) -> Result<bool, ApiError> {
+/// Waits until an answer that depends on submission `seq` and names no job
+/// id at or above `id_bound` may go out, as a protocol reply does
+/// ([`store::acknowledged`]); false if the store failed to keep it.
+pub async fn stored(shared: &Shared, seq: Seq, id_bound: JobId) -> Result<bool, ApiError> {
     if seq == 0 {
         return Ok(true);
     }
     let mut progress = shared.store.progress();
-    let progress = progress
-        .wait_for(|p| p.done >= seq)
+    let progress = store::acknowledged(&*shared.store, &mut progress, seq, id_bound)
         .await
         .map_err(|_| ApiError::unavailable("the store stopped"))?;
     Ok(!progress.failed(seq))

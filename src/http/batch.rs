@@ -65,13 +65,13 @@ pub async fn run(
         done.jobs += n;
         // Wait for the batch before this one: one is in flight at a time.
         let before = std::mem::replace(&mut in_flight, seq);
-        done.unstored |= !stored(shared, before).await?;
+        done.unstored |= !stored(shared, before, 0).await?;
         if n < batch as u64 {
             break None;
         }
         tokio::task::yield_now().await;
     };
-    done.unstored |= !stored(shared, in_flight).await?;
+    done.unstored |= !stored(shared, in_flight, 0).await?;
     tracing::info!(
         jobs = done.jobs,
         ?longest,

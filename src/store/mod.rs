@@ -139,8 +139,61 @@ pub trait Store: Send + Sync {
     /// The journal file being written (`stats-job`'s `file`), 0 if none.
     fn file(&self) -> u32;
 
+    /// False while the store cannot take new jobs (its writes failed, or
+    /// the disk has no room): `/readyz` says so.
+    fn healthy(&self) -> bool {
+        let room = self.room();
+        room.bytes.saturating_add(room.spare) >= room.kept
+    }
+
     /// Writes and makes durable everything submitted (at shutdown).
     fn close(&self);
+}
+
+/// How many commands' records may wait to be taken into the store of
+/// record (sled) before replies wait for it to catch up: records held in
+/// memory stay bounded (a few of its batches), unless it waits for room on
+/// the disk (then the journal's own room bounds them).
+const MAX_ABSORB_LAG: Seq = 16 * 1024;
+
+/// Waits until a reply that depends on submission `seq` and names no job id
+/// at or above `id_bound` may go out ([`Progress::allows`]), writing the
+/// journal itself when nobody else is at it (so one write answers every
+/// connection waiting: group commit). Returns the progress that allowed it,
+/// to tell which submissions failed.
+pub async fn acknowledged(
+    store: &dyn Store,
+    progress: &mut watch::Receiver<Progress>,
+    seq: Seq,
+    id_bound: JobId,
+) -> std::io::Result<Progress> {
+    let sync = store.replies_wait_for_sync();
+    loop {
+        let (allowed, lagging, written, ids_below) = {
+            let p = progress.borrow_and_update();
+            let lagging = !p.absorb_paused && seq > p.absorbed.saturating_add(MAX_ABSORB_LAG);
+            (
+                p.allows(seq, sync, id_bound),
+                lagging,
+                p.written,
+                p.ids_below,
+            )
+        };
+        if allowed && !lagging {
+            return Ok(progress.borrow().clone());
+        }
+        if !allowed {
+            if sync || id_bound > ids_below {
+                store.request_sync();
+            } else if written < seq && store.write_out() {
+                continue;
+            }
+        }
+        progress
+            .changed()
+            .await
+            .map_err(|_| std::io::Error::other("the store stopped"))?;
+    }
 }
 
 /// No persistence: beanstalkd without `-b`.

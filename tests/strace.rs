@@ -6,9 +6,9 @@
 //! - every frame written to a journal file (a `pwrite64` past its magic
 //!   bytes) is synced (an `fdatasync`/`fsync` of that file, begun after the
 //!   write returned) before the next reply is sent;
-//! - no reply is sent after a frame went into a journal file whose creation
-//!   has not been made durable (an `fsync` of the journal directory, begun
-//!   after the file was made);
+//! - no reply is sent after a frame went into a journal file whose name is
+//!   not durable yet (an `fsync` of the journal directory, begun after the
+//!   file was renamed into place);
 //! - a journal file is removed only once sled's own file is synced since
 //!   its last write (what the journal drops, sled must hold durably).
 //!
@@ -54,8 +54,8 @@ enum Event {
     /// A sync of `path` (or of the whole filesystem, `None`) began or ended.
     SyncBegan(Option<String>),
     SyncEnded(Option<String>),
-    /// A file was created.
-    Created(String),
+    /// A file was renamed to this path.
+    Renamed(String),
     /// A reply began to be sent.
     Reply,
     Unlinked(String),
@@ -131,9 +131,10 @@ fn events(log: &str) -> Vec<Event> {
                     out.push(Event::SyncEnded(None));
                 }
             }
-            "openat" if ok && args.contains("O_CREAT") => {
-                if let Some(path) = args.split('"').nth(1) {
-                    out.push(Event::Created(path.to_string()));
+            "rename" | "renameat" | "renameat2" if ok => {
+                // The second quoted string is where it went.
+                if let Some(path) = args.split('"').nth(3) {
+                    out.push(Event::Renamed(path.to_string()));
                 }
             }
             "unlink" | "unlinkat" if ok => {
@@ -205,11 +206,11 @@ fn check(events: &[Event], store: &str) -> Vec<String> {
                     }
                 }
             }
-            Event::Created(path) if is_journal_file(path) => {
+            Event::Renamed(path) if is_journal_file(path) => {
                 made += 1;
                 undurable.insert(path.clone());
             }
-            Event::Created(_) => {}
+            Event::Renamed(_) => {}
             Event::Reply => {
                 replies += 1;
                 for (path, writes) in &unsynced {
@@ -267,7 +268,7 @@ fn every_reply_under_f0_follows_the_sync_of_what_it_wrote() {
         .arg(&log)
         .args([
             "-e",
-            "trace=openat,write,writev,pwrite64,fsync,fdatasync,syncfs,sendto,unlink,unlinkat",
+            "trace=write,writev,pwrite64,fsync,fdatasync,syncfs,sendto,rename,renameat,renameat2,unlink,unlinkat",
             "--",
         ])
         .arg(common::binary())

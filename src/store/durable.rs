@@ -1,7 +1,8 @@
 //! The durable store (`-b DIR`): opens sled and the journal, recovers, and
-//! starts the store's two threads: the keeper (`keeper.rs`, the journal's)
-//! and the absorber (`absorb.rs`, sled's). Connections write the journal
-//! themselves (`journal.rs`).
+//! starts the store's three threads: the keeper (`keeper.rs`, the
+//! journal's syncs), the allocator (`allocator.rs`, its files) and the
+//! absorber (`absorb.rs`, sled's). Connections write the journal themselves
+//! (`journal.rs`).
 //!
 //! What DIR holds: sled's files (`db`, `conf`, `snap.*`, `blobs/`), and
 //! `journal/`: the journal files, numbered, and the ballast
@@ -17,6 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::absorb::{Absorb, Absorber};
+use super::allocator::{self, Allocator};
 use super::ballast::Ballast;
 use super::blobs::Blobs;
 use super::journal::{Journal, Settings};
@@ -129,13 +131,18 @@ impl DurableStore {
             file_size,
             max_job_size: options.max_job_size,
         };
+        let (wake, calls) = allocator::channel();
         let journal = Arc::new(Journal::new(
             settings,
             start,
             absorb_tx.clone(),
             progress.clone(),
             stats.clone(),
+            wake.clone(),
         ));
+        // The room the first puts need, before they come.
+        let mut allocator = Allocator::new(journal.clone(), ballast);
+        allocator.look();
         // The ceiling goes ahead of the ids to come before the first of
         // them (see `ids.rs`). On a full disk that may not fit: puts are
         // refused then anyway.
@@ -164,7 +171,10 @@ impl DurableStore {
         std::thread::Builder::new()
             .name("sprout-store".into())
             .spawn(move || absorber.run(absorb_rx))?;
-        let keeper = Keeper::new(journal.clone(), absorb_tx, ballast);
+        std::thread::Builder::new()
+            .name("sprout-alloc".into())
+            .spawn(move || allocator.run(calls))?;
+        let keeper = Keeper::new(journal.clone(), absorb_tx, wake);
         std::thread::Builder::new()
             .name("sprout-journal".into())
             .spawn(move || keeper.run())?;

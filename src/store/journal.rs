@@ -31,8 +31,9 @@
 //! (group commit without a hand-off; the others find their records written,
 //! or wait for the writer to finish). Under `-f 0` the keeper thread
 //! (`keeper.rs`) writes and syncs, one `fdatasync` answering every reply
-//! that waits. The keeper also syncs under `-f MS`, allocates journal files
-//! ahead (`room.rs`), and writes what no reply waits for (a TTR running out).
+//! that waits. The keeper also syncs under `-f MS` and writes what no reply
+//! waits for (a TTR running out); the allocator thread (`allocator.rs`)
+//! makes journal files ahead of use (`room.rs`).
 //!
 //! A failed write poisons the journal: a frame may be half written, and a
 //! disk that fails one write will fail more, so from then on every
@@ -54,6 +55,7 @@ use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::absorb::Absorb;
+use super::allocator::Wake;
 use super::keeper::Bell;
 use super::{ballast, frame, ids, room, segment, Policy, Progress, Seq};
 use crate::engine::{BinlogStats, Record, Room};
@@ -153,6 +155,7 @@ pub struct Journal {
     next_number: AtomicU64,
     start_id: JobId,
     pub bell: Bell,
+    allocator: Wake,
     pub stats: Arc<BinlogStats>,
 }
 
@@ -163,6 +166,7 @@ impl Journal {
         absorb: mpsc::Sender<Absorb>,
         progress: Arc<watch::Sender<Progress>>,
         stats: Arc<BinlogStats>,
+        allocator: Wake,
     ) -> Journal {
         let Settings {
             policy,
@@ -203,6 +207,7 @@ impl Journal {
             next_number: AtomicU64::new(start.next_number),
             start_id: start.next_id,
             bell: Bell::default(),
+            allocator,
             stats,
         }
     }
@@ -516,8 +521,8 @@ impl Journal {
         let need = (need + segment::MAGIC.len()) as u64;
         let next = match w.spares.iter().position(|spare| spare.size >= need) {
             Some(at) => {
-                // The keeper makes the next spare.
-                self.bell.ring_room();
+                // The allocator makes the next spare.
+                self.allocator.look();
                 w.spares.remove(at).expect("a spare")
             }
             None => {

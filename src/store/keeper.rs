@@ -1,32 +1,27 @@
-//! The keeper: the journal's background thread (see `journal.rs`).
+//! The keeper: the journal's sync thread (see `journal.rs`).
 //!
 //! - It syncs: under `-f 0` as soon as asked (one `fdatasync` answers every
 //!   reply waiting by then), under `-f MS` at most MS after a write, and
 //!   under every policy when the id ceiling rose (`ids.rs`).
 //! - It writes, within a second, what no reply waits for (a TTR running out).
-//! - It allocates journal files ahead of the room they give and removes
-//!   spares no longer needed (`room.rs`), and keeps the ballast in place
-//!   (`ballast.rs`).
-//! - At a clean stop it writes the exact next id, syncs, and waits for sled
-//!   to take in everything (`absorb.rs`).
+//! - At a clean stop it writes the exact next id, syncs, stops the
+//!   allocator (`allocator.rs`) and waits for sled to take in everything
+//!   (`absorb.rs`).
+//!
+//! Allocating journal files takes syncs of its own; it has a thread of its
+//! own so that no reply's sync ever waits behind one.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::absorb::Absorb;
-use super::ballast::Ballast;
+use super::allocator::Wake;
 use super::journal::Journal;
-use super::{segment, Policy};
+use super::Policy;
 
-/// How often the keeper looks at the room and the ballast.
-const TICK: Duration = Duration::from_millis(100);
-/// Ticks between writes of what no reply waits for.
-const WRITE_TICKS: u32 = 10;
-/// How long a failed allocation waits before it is tried again.
-const RETRY: Duration = Duration::from_secs(1);
-/// Journal files allocated in one tick, at most.
-const ALLOCATIONS_PER_TICK: usize = 16;
+/// How often the keeper writes what no reply waits for.
+const TICK: Duration = Duration::from_secs(1);
 /// How long a clean stop waits for sled.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,8 +35,6 @@ pub struct Bell {
 #[derive(Default)]
 struct Wants {
     sync: bool,
-    /// A spare was taken: allocate the next one now.
-    room: bool,
     /// Under `-f MS`: when the oldest unsynced write was made.
     dirty_since: Option<Instant>,
     close: Option<mpsc::SyncSender<()>>,
@@ -53,15 +46,6 @@ impl Bell {
         let mut wants = self.lock();
         if !wants.sync {
             wants.sync = true;
-            self.cond.notify_one();
-        }
-    }
-
-    /// Says a spare journal file was taken into use.
-    pub fn ring_room(&self) {
-        let mut wants = self.lock();
-        if !wants.room {
-            wants.room = true;
             self.cond.notify_one();
         }
     }
@@ -96,21 +80,17 @@ enum Job {
 pub struct Keeper {
     journal: Arc<Journal>,
     absorb: mpsc::Sender<Absorb>,
-    ballast: Ballast,
+    allocator: Wake,
     next_tick: Instant,
-    ticks: u32,
-    retry_at: Option<Instant>,
 }
 
 impl Keeper {
-    pub fn new(journal: Arc<Journal>, absorb: mpsc::Sender<Absorb>, ballast: Ballast) -> Keeper {
+    pub fn new(journal: Arc<Journal>, absorb: mpsc::Sender<Absorb>, allocator: Wake) -> Keeper {
         Keeper {
             journal,
             absorb,
-            ballast,
-            next_tick: Instant::now(),
-            ticks: 0,
-            retry_at: None,
+            allocator,
+            next_tick: Instant::now() + TICK,
         }
     }
 
@@ -145,8 +125,7 @@ impl Keeper {
                 wants.dirty_since = None;
                 return Job::Sync;
             }
-            if self.next_tick <= now || wants.room {
-                wants.room = false;
+            if self.next_tick <= now {
                 self.next_tick = now + TICK;
                 return Job::Tick;
             }
@@ -177,55 +156,9 @@ impl Keeper {
         }
     }
 
+    /// Writes what no reply waits for.
     fn tick(&mut self) {
-        self.ticks += 1;
-        if self.ticks % WRITE_TICKS == 0 {
-            self.journal.write_queued(&mut self.journal.writer());
-        }
-        self.keep_room();
-        self.ballast.keep(2 * self.journal.file_size);
-    }
-
-    /// Allocates journal files while the capacity is below what the room
-    /// wants; removes a spare when there is more than three files too much.
-    fn keep_room(&mut self) {
-        let journal = &self.journal;
-        if let Err(e) = journal.measure_disk() {
-            tracing::warn!("cannot measure the disk's free space: {e}");
-        }
-        if self.retry_at.is_some_and(|at| Instant::now() < at) {
-            return;
-        }
-        for _ in 0..ALLOCATIONS_PER_TICK {
-            let (wanted, capacity) = journal.capacity();
-            if capacity >= wanted {
-                if capacity > wanted + 3 * journal.file_size as i64 {
-                    if let Some(spare) = journal.take_spare() {
-                        if let Err(e) = segment::remove(&journal.dir, spare.number) {
-                            tracing::warn!("cannot remove spare journal file: {e}");
-                        }
-                    }
-                }
-                return;
-            }
-            match journal.allocate_spare() {
-                Ok(()) => {
-                    if self.retry_at.take().is_some() {
-                        tracing::info!("journal files can be allocated again");
-                    }
-                }
-                Err(e) => {
-                    if self.retry_at.is_none() {
-                        tracing::warn!(
-                            "cannot allocate a journal file ({e}): new jobs are refused \
-                             once the room left runs out; deletes still work"
-                        );
-                    }
-                    self.retry_at = Some(Instant::now() + RETRY);
-                    return;
-                }
-            }
-        }
+        self.journal.write_queued(&mut self.journal.writer());
     }
 
     fn close(&self) {
@@ -234,6 +167,7 @@ impl Keeper {
             tracing::error!("cannot write the last id ceiling: {e}");
         }
         self.sync();
+        self.allocator.stop();
         let (done, finished) = mpsc::sync_channel(1);
         let _ = self.absorb.send(Absorb::Close(done));
         // Bounded: a disk that hangs must not keep the process from exiting.

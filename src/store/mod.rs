@@ -11,7 +11,8 @@
 //! this directory:
 //!
 //! - `journal.rs`: the append path, group commit, the room figures;
-//! - `keeper.rs`: the journal's thread (syncs, files allocated ahead);
+//! - `keeper.rs`: the journal's syncs; `allocator.rs`: its files, allocated
+//!   ahead;
 //! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job;
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
@@ -34,6 +35,7 @@ use sprout_protocol::JobId;
 use crate::engine::{Record, Room};
 
 mod absorb;
+mod allocator;
 mod ballast;
 mod blobs;
 pub mod durable;

@@ -208,6 +208,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     // The journal.
     let dir = segment::dir(store);
     std::fs::create_dir_all(&dir)?;
+    segment::remove_unfinished(&dir)?;
     let files = read_journal(&dir)?;
     let next_number = files.last().map_or(1, |f| f.number + 1);
     let (mut used, unused): (Vec<Read>, Vec<Read>) =

@@ -2,12 +2,13 @@
 //! `binlog-current-index` and `binlog-oldest-index`, and `stats-job` calls
 //! `file`).
 //!
-//! Each file is allocated at its full size (`-s`) when it is made, then the
-//! file and the directory are synced, all before its first frame: writing a
-//! frame into it never needs a block the disk might not have, and never
-//! changes metadata a reply would have to wait for. A file is its magic
-//! bytes ([`MAGIC`]), then frames (`frame.rs`), then zeroes. One with no
-//! frame yet is a spare.
+//! Each file is made under a temporary name (`N.new`), allocated at its
+//! full size (`-s`) and synced, then renamed to `N` and the directory
+//! synced, all before its first frame: writing a frame into it never needs
+//! a block the disk might not have, never changes metadata a reply would
+//! have to wait for, and a crash while making it leaves only a `.new` file,
+//! which the next start removes. A file is its magic bytes ([`MAGIC`]),
+//! then frames (`frame.rs`), then zeroes. One with no frame yet is a spare.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -41,23 +42,46 @@ pub fn list(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(numbers)
 }
 
+/// What a journal file being made is called until it is whole.
+const MAKING: &str = ".new";
+
 /// Makes journal file `number` of `size` bytes, allocated and durable.
 pub fn create(dir: &Path, number: u64, size: u64) -> io::Result<File> {
     let path = path(dir, number);
+    if path.exists() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists", path.display()),
+        ));
+    }
+    let making = dir.join(format!("{number}{MAKING}"));
     let file = OpenOptions::new()
         .read(true)
         .write(true)
-        .create_new(true)
-        .open(&path)?;
+        .create(true)
+        .truncate(true)
+        .open(&making)?;
     let made = allocate(&file, size)
         .and_then(|()| file.write_all_at(MAGIC, 0))
         .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&making, &path))
         .and_then(|()| sync_dir(dir));
     if let Err(e) = made {
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&making);
         return Err(e);
     }
     Ok(file)
+}
+
+/// Removes what a crash left of files being made.
+pub fn remove_unfinished(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_name().to_string_lossy().ends_with(MAKING) {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// Opens an existing journal file for reading and writing.
@@ -145,7 +169,10 @@ mod tests {
             create(&base, n, 64 * 1024).unwrap();
         }
         std::fs::write(base.join("ballast"), b"").unwrap();
+        std::fs::write(base.join("11.new"), b"").unwrap();
         assert_eq!(list(&base).unwrap(), [1, 3, 10]);
+        remove_unfinished(&base).unwrap();
+        assert!(!base.join("11.new").exists());
         // Made at full size, starting with the magic bytes.
         let file = open(&base, 3).unwrap();
         let bytes = read(&file).unwrap();

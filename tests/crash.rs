@@ -248,6 +248,15 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
                 buries: 0,
             });
             assert_eq!(job.body, body, "job {id} reserved with another body");
+            // Reserved again while another consumer's release or bury (and
+            // a kick) of it waited for its answer: that one took effect,
+            // whether or not its answer is ever read (the kill may cut it).
+            match job.in_flight.take() {
+                Some(Op::Release) => job.releases += 1,
+                Some(Op::Bury) => job.buries += 1,
+                Some(Op::Delete) => panic!("job {id} reserved after its delete was sent"),
+                None => {}
+            }
             job.reserves += 1;
             job.last = Last::Reserved;
             job.reserves
@@ -277,16 +286,17 @@ fn consumer(port: u16, shared: &Shared, seed: u64) -> Res<()> {
         let acked_tick = shared.tick();
         let mut log = shared.log();
         let job = log.jobs.get_mut(&id).unwrap();
+        job.reserves_recorded = job.reserves_recorded.max(reservation);
+        // If the job was reserved again meanwhile, its newer state is logged
+        // already, this command counted with it: this answer must not
+        // overwrite it.
+        if job.reserves != reservation {
+            continue;
+        }
         match op {
             Op::Bury => job.buries += 1,
             Op::Release => job.releases += 1,
             Op::Delete => {}
-        }
-        job.reserves_recorded = job.reserves_recorded.max(reservation);
-        // If the job was reserved again meanwhile, its newer state is logged
-        // already; this answer must not overwrite it.
-        if job.reserves != reservation {
-            continue;
         }
         job.in_flight = None;
         match (op, roll) {

@@ -7,9 +7,11 @@
 //! cancels every key that vanished (see `reconcile`). Deadlines since the
 //! poll before the change are marked uncertain until it is done.
 //!
-//! Why polling and not an event: the one event Redis sends for a flush is
-//! a client-tracking invalidation, which needs pub/sub and says nothing of
-//! `SWAPDB` or a restart. The counters are not per database, so a flush
+//! Why polling and not an event: the one message Redis sends for a flush
+//! is a client-tracking invalidation (checked on 7.0: a null one, for a
+//! flush of any database), which needs a connection kept in tracking mode
+//! (RESP3, or redirected to a pub/sub one, so not behind a proxy) and says
+//! nothing of `SWAPDB` or a restart. The counters are not per database, so a flush
 //! of another database of the node costs one needless pass. A node that
 //! refuses `INFO` (some proxies) is said so once, and left to
 //! `--scan-interval`.

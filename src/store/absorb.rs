@@ -200,22 +200,29 @@ impl Absorber {
                 }
             };
             // The channel only closes once the journal is gone.
-            let Some(message) = received else { return };
-            match message {
-                Absorb::Frame {
-                    commit,
-                    last_seq,
-                    ids_below,
-                    records,
-                } => window.push(commit, last_seq, ids_below, records),
-                Absorb::Retired {
-                    number,
-                    last_commit,
-                } => self.state.retired.push_back((number, last_commit)),
-                Absorb::Close(done) => {
-                    self.close(&mut window);
-                    let _ = done.send(());
-                    return;
+            let Some(first) = received else { return };
+            // Everything queued by now, up to a full window.
+            let mut next = Some(first);
+            while let Some(message) = next.take() {
+                match message {
+                    Absorb::Frame {
+                        commit,
+                        last_seq,
+                        ids_below,
+                        records,
+                    } => window.push(commit, last_seq, ids_below, records),
+                    Absorb::Retired {
+                        number,
+                        last_commit,
+                    } => self.state.retired.push_back((number, last_commit)),
+                    Absorb::Close(done) => {
+                        self.close(&mut window);
+                        let _ = done.send(());
+                        return;
+                    }
+                }
+                if !window.full() {
+                    next = rx.try_recv().ok();
                 }
             }
         }

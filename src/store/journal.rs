@@ -337,25 +337,44 @@ impl Journal {
     /// says so: their progress report will follow).
     pub fn write_out(&self) -> bool {
         match self.writer.try_lock() {
-            Ok(mut writer) => {
-                self.write_queued(&mut writer);
-                true
-            }
-            Err(std::sync::TryLockError::WouldBlock) => false,
-            Err(std::sync::TryLockError::Poisoned(e)) => {
-                self.write_queued(&mut e.into_inner());
-                true
-            }
+            Ok(writer) => self.write_held(writer),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+            Err(std::sync::TryLockError::Poisoned(e)) => self.write_held(e.into_inner()),
+        }
+        true
+    }
+
+    /// Writes whatever is queued, waiting for the writer (the keeper's way).
+    pub fn write_all(&self) {
+        self.write_held(lock(&self.writer));
+    }
+
+    /// Writes what is queued with the writer `w`, then releases it and
+    /// tells the replies waiting. (Waking them with the writer held would
+    /// keep every other connection from writing meanwhile: a thread
+    /// descheduled while holding it stalls them all.)
+    fn write_held(&self, mut w: MutexGuard<'_, Writer>) {
+        let before = w.written;
+        self.write_queued(&mut w);
+        let written = w.written;
+        drop(w);
+        if written != before {
+            self.published(written);
         }
     }
 
-    /// Takes the writer (the keeper's way in).
-    pub fn writer(&self) -> MutexGuard<'_, Writer> {
-        lock(&self.writer)
+    /// Reports submissions up to `written` written.
+    fn published(&self, written: Seq) {
+        self.progress
+            .send_modify(|p| p.written = p.written.max(written));
+        if let Policy::Every(_) = self.policy {
+            self.bell.ring_dirty();
+        }
     }
 
-    /// Writes everything queued, as one frame per journal file it fills.
-    pub fn write_queued(&self, w: &mut Writer) {
+    /// Writes everything queued, as one frame per journal file it fills;
+    /// the caller reports the progress once it let go of the writer.
+    fn write_queued(&self, w: &mut Writer) {
         let (mut groups, highest) = {
             let mut pending = lock(&self.pending);
             (std::mem::take(&mut pending.groups), pending.highest_id)
@@ -371,7 +390,6 @@ impl Journal {
                 self.bell.ring_sync();
             }
         }
-        let was_written = w.written;
         self.admit(w, &mut groups);
         while !groups.is_empty() {
             if let Some(why) = &w.broken {
@@ -400,14 +418,6 @@ impl Journal {
             if let Err((e, frame)) = self.write_frame(w, frame, len) {
                 self.poison(w, format!("journal write failed: {e}"));
                 self.fail(w, frame.into_iter());
-            }
-        }
-        if w.written != was_written {
-            let written = w.written;
-            self.progress
-                .send_modify(|p| p.written = p.written.max(written));
-            if let Policy::Every(_) = self.policy {
-                self.bell.ring_dirty();
             }
         }
     }
@@ -605,6 +615,7 @@ impl Journal {
             files.push(w.current.file.clone());
             (files, w.written, w.ids_below)
         };
+        self.published(written);
         for file in files {
             file.sync_data()?;
         }
@@ -616,6 +627,7 @@ impl Journal {
     pub fn write_ceiling(&self, ids_below: JobId) -> io::Result<()> {
         let mut w = lock(&self.writer);
         self.write_queued(&mut w);
+        let written = w.written;
         if let Some(why) = &w.broken {
             return Err(io::Error::other(why.clone()));
         }
@@ -623,8 +635,12 @@ impl Journal {
         if w.current.size - w.current.offset < frame::HEADER_LEN as u64 {
             self.next_file(&mut w, frame::HEADER_LEN)?;
         }
-        self.write_frame(&mut w, Vec::new(), frame::HEADER_LEN)
-            .map_err(|(e, _)| e)
+        let result = self
+            .write_frame(&mut w, Vec::new(), frame::HEADER_LEN)
+            .map_err(|(e, _)| e);
+        drop(w);
+        self.published(written);
+        result
     }
 
     /// The ceiling a clean stop leaves.

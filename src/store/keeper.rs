@@ -158,7 +158,7 @@ impl Keeper {
 
     /// Writes what no reply waits for.
     fn tick(&mut self) {
-        self.journal.write_queued(&mut self.journal.writer());
+        self.journal.write_all();
     }
 
     fn close(&self) {

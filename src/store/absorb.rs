@@ -40,17 +40,16 @@ use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::ballast::free_space;
 use super::blobs::Blobs;
-use super::log::{self, Log};
-use super::page::{self, PageBuilder};
-use super::record::{self, COMMIT_KEY, NEXT_ID_KEY};
-use super::{segment, Progress, Seq};
-use crate::engine::{BinlogStats, JobImage, Record};
+use super::log::Log;
+use super::page;
+use super::record::{COMMIT_KEY, NEXT_ID_KEY};
+use super::{pack, segment, Progress, Seq};
+use crate::engine::{BinlogStats, Record};
 
 /// What the journal sends the absorber, in journal order.
 pub enum Absorb {
@@ -318,41 +317,26 @@ impl Absorber {
         self.retire();
     }
 
-    /// Applies frames as one atomic batch: their last word on each job
-    /// they touched, in new pages, plus what cleaning the oldest pages
-    /// copies out of them. No frames: a cleaning step on its own.
+    /// Applies frames as one atomic batch (see `pack.rs`): their last word
+    /// on each job they touched, in new pages, plus what cleaning the
+    /// oldest pages copies out of them. No frames: a cleaning step on its
+    /// own.
     fn commit(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
-        let mut order = Vec::new();
-        let mut last: FxHashMap<JobId, Option<&JobImage>> = FxHashMap::default();
-        for record in frames.iter().flat_map(|(_, records)| records) {
-            let (id, image) = match record {
-                Record::Put(image) | Record::Update(image) => (image.id, Some(image)),
-                Record::Delete(id) => (*id, None),
-            };
-            if last.insert(id, image).is_none() {
-                order.push(id);
-            }
-        }
-        let log = &mut self.state.log;
-        let first_seq = log.next_seq();
-        let mut pages = PageBuilder::default();
-        for id in order {
-            let stored = log.forget(id);
-            match last[&id] {
-                Some(image) => {
-                    let (page, len) = pages.image(image);
-                    log.place(first_seq + page as u64, id, len);
-                }
-                None if stored => pages.tombstone(id),
-                None => {}
-            }
-        }
+        let db = &self.db;
+        let old_page = |slot| match db.get(page::page_key(slot)) {
+            Ok(Some(value)) => Ok(Some(value.to_vec())),
+            Ok(None) => Err(io::Error::other(format!(
+                "the page in slot {slot} is missing"
+            ))),
+            Err(e) => Err(io::Error::from(e)),
+        };
+        let records = frames.iter().flat_map(|(_, records)| records);
+        let packed = pack::pack(&mut self.state.log, records, old_page)?;
         let mut batch = ::sled::Batch::default();
-        self.clean(&mut pages, &mut batch, first_seq)?;
-        let log = &mut self.state.log;
-        for entries in pages.finish() {
-            let value = page::seal(log.next_seq(), &entries);
-            let (_, slot) = log.add_page(value.len());
+        for slot in packed.freed {
+            batch.remove(&page::page_key(slot));
+        }
+        for (slot, value) in packed.pages {
             batch.insert(&page::page_key(slot), value);
         }
         let commit = frames.last().map_or(self.state.commit, |(c, _)| *c);
@@ -360,44 +344,9 @@ impl Absorber {
         batch.insert(NEXT_ID_KEY, &self.state.ids_below.to_le_bytes());
         self.db.apply_batch(batch).map_err(io::Error::from)?;
         self.state.commit = commit;
-        Ok(())
-    }
-
-    /// Cleans the oldest pages while the log is over its bound (see
-    /// `log.rs`): their live images go into `pages`, they leave the tree.
-    fn clean(
-        &mut self,
-        pages: &mut PageBuilder,
-        batch: &mut ::sled::Batch,
-        first_seq: u64,
-    ) -> io::Result<()> {
-        let budget = match pages.bytes() {
-            0 => log::IDLE_CLEAN_BYTES,
-            written => log::clean_budget(written as u64),
-        };
-        let log = &mut self.state.log;
-        let (mut cleaned, mut moved) = (0, 0);
-        while let Some((seq, slot)) = log.to_clean(budget, cleaned) {
-            let key = page::page_key(slot);
-            let value = self.db.get(key).map_err(io::Error::from)?;
-            let value = value.ok_or_else(|| io::Error::other(format!("page {seq} is missing")))?;
-            let corrupt = |e: record::Corrupt| io::Error::other(format!("page {seq}: {e}"));
-            let (_, entries) = page::read(&value).map_err(corrupt)?;
-            for entry in entries {
-                let entry = entry.map_err(corrupt)?;
-                if entry.image().is_some() && log.is_live(seq, entry.id) {
-                    let (page, len) = pages.copy(entry.raw);
-                    log.place(first_seq + page as u64, entry.id, len);
-                    moved += 1;
-                }
-            }
-            cleaned += value.len() as u64;
-            batch.remove(&key);
-            log.remove_oldest();
-        }
         self.stats
             .records_migrated
-            .fetch_add(moved, Ordering::Relaxed);
+            .fetch_add(packed.moved, Ordering::Relaxed);
         Ok(())
     }
 

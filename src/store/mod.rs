@@ -16,8 +16,9 @@
 //! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job;
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
-//! - `absorb.rs`: sled takes the journal in; `page.rs`, `log.rs`, `slots.rs`,
-//!   `blobs.rs`: how jobs are kept in sled, and kept bounded;
+//! - `absorb.rs`: sled takes the journal in; `pack.rs`: records into pages;
+//!   `page.rs`, `log.rs`, `slots.rs`, `blobs.rs`: how jobs are kept in sled,
+//!   and kept bounded;
 //! - `recover.rs`: sled, then the journal's tail, back at startup;
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `durable.rs`: opens all of it and wires the threads.
@@ -45,6 +46,7 @@ mod ids;
 mod journal;
 mod keeper;
 mod log;
+mod pack;
 mod page;
 mod record;
 mod recover;

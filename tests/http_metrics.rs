@@ -195,3 +195,37 @@ fn store_and_embedded_bridge_figures() {
         assert!(ok, "{report}");
     }
 }
+
+#[test]
+fn the_journal_figures_count_its_writes_and_syncs() {
+    if !common::sprout_only("the_journal_figures_count_its_writes_and_syncs") {
+        return;
+    }
+    let dir = common::TempDir::new();
+    let store = dir.path().join("store");
+    let (server, http) = start(&["-b", store.to_str().unwrap(), "-f", "0"]);
+    let before = http.raw("GET", "/metrics", &[], None).text;
+    let count = |scrape: &str, name: &str| sample(scrape, name).unwrap_or_else(|| panic!("{name}"));
+    let (frames, syncs) = (
+        count(&before, "sprout_journal_frames"),
+        count(&before, "sprout_journal_sync_seconds_count"),
+    );
+    // One client, one put at a time: under -f 0 each is written and synced
+    // on its own.
+    let mut c = server.connect();
+    for _ in 0..20 {
+        c.put(b"counted");
+    }
+    let after = http.raw("GET", "/metrics", &[], None).text;
+    assert!(
+        count(&after, "sprout_journal_frames") >= frames + 20.0,
+        "{after}"
+    );
+    assert!(count(&after, "sprout_journal_records") >= 20.0);
+    assert!(count(&after, "sprout_journal_sync_seconds_count") >= syncs + 20.0);
+    assert!(count(&after, "sprout_journal_sync_seconds_sum") > 0.0);
+    if let Some(promtool_path) = program("promtool") {
+        let (ok, report) = promtool(&promtool_path, &after);
+        assert!(ok, "{report}");
+    }
+}

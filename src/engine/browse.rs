@@ -14,6 +14,7 @@ use super::heap::Entry;
 use super::histogram::Latency;
 use super::job::{Job, State};
 use super::stats;
+use super::stats::BinlogStats;
 use super::{Engine, Time};
 
 /// The most jobs one page holds.
@@ -75,6 +76,11 @@ pub struct TubeFigures {
 }
 
 impl Engine {
+    /// The store's counters (the `binlog-*` keys of `stats`, and more).
+    pub fn binlog(&self) -> &BinlogStats {
+        &self.config.binlog
+    }
+
     /// The `stats` document at `now`, exactly as the command answers it.
     pub fn stats_at(&mut self, now: Time) -> Bytes {
         self.tick(now);

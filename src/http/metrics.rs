@@ -8,7 +8,7 @@
 //! as that exporter has them (`pid`, which it skips, and text such as
 //! `version` are left out; `draining` is 0 or 1). What no beanstalkd
 //! exposes is under `sprout_`: per-tube latency histograms, the age of the
-//! oldest ready job, and the store's figures.
+//! oldest ready job, the store's size, and the journal's writes and syncs.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,7 +22,9 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
+use std::sync::atomic::Ordering;
+
+use crate::engine::{BinlogStats, Histogram, TubeFigures, BOUNDS_MICROS, SYNC_BOUNDS_MICROS};
 
 use super::app::{App, Bridge};
 use super::error::ApiError;
@@ -39,6 +41,7 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> 
         stats: engine.stats_at(now),
         tubes: engine.tube_figures(now),
         store_bytes,
+        journal: store_bytes.map(|_| Journal::of(engine.binlog())),
         bridge: None,
     })?;
     snapshot.bridge = app.bridge().map(|b| BridgeFigures::of(b, &snapshot.tubes));
@@ -55,7 +58,34 @@ struct Snapshot {
     stats: Bytes,
     tubes: Vec<TubeFigures>,
     store_bytes: Option<u64>,
+    /// With `-b`: the journal's writes and syncs.
+    journal: Option<Journal>,
     bridge: Option<BridgeFigures>,
+}
+
+/// The journal's figures (`store/journal.rs`).
+struct Journal {
+    frames: u64,
+    records: u64,
+    sync_buckets: Vec<(f64, u64)>,
+    sync_seconds: f64,
+    syncs: u64,
+}
+
+impl Journal {
+    fn of(binlog: &BinlogStats) -> Journal {
+        let read = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+        let counts: Vec<u64> = binlog.syncs.buckets.iter().map(read).collect();
+        let bounds = SYNC_BOUNDS_MICROS.iter().map(|&b| b as f64 / 1e6);
+        let bounds = bounds.chain(std::iter::once(f64::MAX));
+        Journal {
+            frames: read(&binlog.frames_written),
+            records: read(&binlog.records_written),
+            syncs: counts.iter().sum(),
+            sync_buckets: bounds.zip(counts).collect(),
+            sync_seconds: read(&binlog.syncs.sum_micros) as f64 / 1e6,
+        }
+    }
 }
 
 /// The embedded bridge's figures.
@@ -97,6 +127,7 @@ impl Collector for Snapshot {
         }
         self.encode_tube_stats(&mut encoder)?;
         self.encode_latency(&mut encoder)?;
+        self.encode_journal(&mut encoder)?;
         let oldest: Vec<(&TubeFigures, f64)> = self
             .tubes
             .iter()
@@ -159,6 +190,44 @@ impl Snapshot {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn encode_journal(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        for (name, help, value) in [
+            (
+                "sprout_journal_frames",
+                "Journal writes since startup (one per group commit)",
+                journal.frames,
+            ),
+            (
+                "sprout_journal_records",
+                "Records written to the journal since startup (over frames: the mean group size)",
+                journal.records,
+            ),
+        ] {
+            // Gauges, as every count from `stats` is (beanstalkd_exporter's
+            // way, and what promtool reads in the text format).
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&(value as i64))?;
+        }
+        encoder
+            .encode_descriptor(
+                "sprout_journal_sync_seconds",
+                "Time each sync of the journal took (fdatasync: before replies under -f 0, every MS under -f MS)",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_histogram::<NoLabelSet>(
+                journal.sync_seconds,
+                journal.syncs,
+                &journal.sync_buckets,
+                None,
+            )?;
         Ok(())
     }
 

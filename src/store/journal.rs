@@ -514,6 +514,7 @@ impl Journal {
         self.stats
             .records_written
             .fetch_add(records, Ordering::Relaxed);
+        self.stats.frames_written.fetch_add(1, Ordering::Relaxed);
         // sled takes it in behind (`absorb.rs`); the channel only closes
         // once the journal is closed.
         let _ = w.absorb.send(Absorb::Frame {
@@ -616,9 +617,14 @@ impl Journal {
             (files, w.written, w.ids_below)
         };
         self.published(written);
+        let started = std::time::Instant::now();
         for file in files {
             file.sync_data()?;
         }
+        let took = started.elapsed().as_micros();
+        self.stats
+            .syncs
+            .observe(u64::try_from(took).unwrap_or(u64::MAX));
         Ok((written, ids_below))
     }
 

@@ -32,14 +32,15 @@
 //! * Wiring: [`run`], here.
 //!
 //! Guarantees: never early (a timer fires only once Redis reports the key
-//! gone; otherwise it moves), never lost (timers are durable in a server
+//! gone at or after its deadline; otherwise it moves), never a deletion
+//! delivered as an expiry (gone before the deadline is cancelled), never lost (timers are durable in a server
 //! run with `-b`; the delivery is put before the timer is deleted), one
 //! pending timer per key (after a crash briefly two: the superseded one is
 //! dropped when due, see `registry`). Duplicates only across a crash, or a
 //! connection lost between delivering and deleting a timer, and then with
 //! the same key and `expire_at_ms`.
 //!
-//! Two decisions that differ from a plain reading of the design:
+//! Decisions that differ from a plain reading of the design:
 //! * Work is batched, decisions are not: a sync worker takes up to
 //!   `sync::BATCH` queued keys, a firing worker up to `fire::BATCH` due
 //!   timers, and each batch costs a few round trips (one pipelined
@@ -71,7 +72,6 @@
 //!   shortly before its deadline. What stays undecidable (the deadline
 //!   passed while the bridge could not look) is delivered marked
 //!   `"uncertain": true` (`gaps`).
-//!
 //! * The index is a map in memory with a write-behind log on disk, not a
 //!   Redis hash: the bridge never writes to the application's keyspace
 //!   (which may sit behind a read-only proxy), and the index must outlive a

@@ -4,6 +4,7 @@
 //! start one in-process) plus the small async client they share.
 
 pub mod admin;
+mod alarm;
 pub mod bridge;
 pub mod cli;
 pub mod client;

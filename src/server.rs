@@ -200,6 +200,7 @@ impl Server {
                     max_job_size: args.effective_max_job_size(),
                 };
                 let (store, recovered) = DurableStore::open(&options, binlog)?;
+                let read = started.elapsed();
                 for image in &recovered.jobs {
                     engine.restore(image);
                 }
@@ -210,6 +211,7 @@ impl Server {
                     journal_frames = recovered.replayed,
                     stored_bytes = recovered.stored_bytes,
                     live_bytes = recovered.live_bytes,
+                    restoring = ?(started.elapsed() - read),
                     "recovered from {} in {:?}",
                     dir.display(),
                     started.elapsed()

@@ -16,9 +16,9 @@ use std::sync::{Mutex, MutexGuard};
 use sprout_protocol::Response;
 use tokio::sync::mpsc;
 
+use crate::alarm::Alarm;
 use crate::engine::{Clock, ConnId, Engine, Time};
 use crate::store::{Seq, Store};
-use crate::timer::Alarm;
 
 /// A late answer for a blocked connection, and the store submission it must
 /// not overtake (under `-f 0`, a job handed over by a put is not announced

@@ -5,11 +5,12 @@
 //! reply's sync should wait behind them. It looks every [`TICK`], and at
 //! once when the writer takes a spare into use.
 
-use std::sync::mpsc::{self, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ballast::Ballast;
+use super::bells::{Call, Calls};
 use super::journal::Journal;
 use super::segment;
 
@@ -19,40 +20,6 @@ const TICK: Duration = Duration::from_millis(100);
 const RETRY: Duration = Duration::from_secs(1);
 /// Journal files allocated in one look, at most.
 const ALLOCATIONS_PER_LOOK: usize = 16;
-
-enum Call {
-    Look,
-    Stop,
-}
-
-/// How the journal reaches the allocator.
-#[derive(Clone)]
-pub struct Wake(SyncSender<Call>);
-
-/// What the allocator hears.
-pub struct Calls(mpsc::Receiver<Call>);
-
-/// The allocator's channel: made before the journal, which holds the
-/// [`Wake`].
-pub fn channel() -> (Wake, Calls) {
-    let (tx, rx) = mpsc::sync_channel(4);
-    (Wake(tx), Calls(rx))
-}
-
-impl Wake {
-    /// Asks for a look now (a spare was taken into use).
-    pub fn look(&self) {
-        match self.0.try_send(Call::Look) {
-            // Already asked, or gone at shutdown: either is fine.
-            Ok(()) | Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
-        }
-    }
-
-    /// Stops the allocator (at a clean stop).
-    pub fn stop(&self) {
-        let _ = self.0.send(Call::Stop);
-    }
-}
 
 pub struct Allocator {
     journal: Arc<Journal>,

@@ -18,8 +18,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::absorb::{Absorb, Absorber};
-use super::allocator::{self, Allocator};
+use super::allocator::Allocator;
 use super::ballast::Ballast;
+use super::bells;
 use super::blobs::Blobs;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
@@ -131,7 +132,7 @@ impl DurableStore {
             file_size,
             max_job_size: options.max_job_size,
         };
-        let (wake, calls) = allocator::channel();
+        let (wake, calls) = bells::channel();
         let journal = Arc::new(Journal::new(
             settings,
             start,

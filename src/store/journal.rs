@@ -55,8 +55,7 @@ use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::absorb::Absorb;
-use super::allocator::Wake;
-use super::keeper::Bell;
+use super::bells::{Bell, Wake};
 use super::{ballast, frame, ids, room, segment, Policy, Progress, Seq};
 use crate::engine::{BinlogStats, Record, Room};
 

@@ -12,11 +12,11 @@
 //! own so that no reply's sync ever waits behind one.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::absorb::Absorb;
-use super::allocator::Wake;
+use super::bells::Wake;
 use super::journal::Journal;
 use super::Policy;
 
@@ -24,51 +24,6 @@ use super::Policy;
 const TICK: Duration = Duration::from_secs(1);
 /// How long a clean stop waits for sled.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How the journal's users reach the keeper.
-#[derive(Default)]
-pub struct Bell {
-    wants: Mutex<Wants>,
-    cond: Condvar,
-}
-
-#[derive(Default)]
-struct Wants {
-    sync: bool,
-    /// Under `-f MS`: when the oldest unsynced write was made.
-    dirty_since: Option<Instant>,
-    close: Option<mpsc::SyncSender<()>>,
-}
-
-impl Bell {
-    /// Asks for a sync as soon as possible.
-    pub fn ring_sync(&self) {
-        let mut wants = self.lock();
-        if !wants.sync {
-            wants.sync = true;
-            self.cond.notify_one();
-        }
-    }
-
-    /// Says something was written that is not synced yet.
-    pub fn ring_dirty(&self) {
-        let mut wants = self.lock();
-        if wants.dirty_since.is_none() {
-            wants.dirty_since = Some(Instant::now());
-            self.cond.notify_one();
-        }
-    }
-
-    /// Asks for a clean stop; `done` is answered once it is made.
-    pub fn ring_close(&self, done: mpsc::SyncSender<()>) {
-        self.lock().close = Some(done);
-        self.cond.notify_one();
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Wants> {
-        self.wants.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// What the keeper does next.
 enum Job {

@@ -12,7 +12,7 @@
 //!
 //! - `journal.rs`: the append path, group commit, the room figures;
 //! - `keeper.rs`: the journal's syncs; `allocator.rs`: its files, allocated
-//!   ahead;
+//!   ahead; `bells.rs`: how the journal reaches both;
 //! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job;
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
@@ -38,6 +38,7 @@ use crate::engine::{Record, Room};
 mod absorb;
 mod allocator;
 mod ballast;
+mod bells;
 mod blobs;
 pub mod durable;
 mod entry;

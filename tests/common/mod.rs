@@ -23,6 +23,8 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod nats;
+
 /// How long any single expectation may wait for bytes from the server.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a freshly spawned server may take to accept connections.

@@ -33,20 +33,21 @@ use tokio::net::TcpListener;
 use crate::bridge;
 use crate::shared::Shared;
 
-pub mod api;
-pub mod app;
-pub mod auth;
-pub mod batch;
-pub mod config;
-pub mod dashboard;
-pub mod error;
+mod api;
+mod app;
+mod auth;
+mod batch;
+mod config;
+mod dashboard;
+mod error;
 mod extract;
-pub mod figures;
-pub mod health;
-pub mod history;
-pub mod metrics;
+mod figures;
+mod health;
+mod history;
+mod metrics;
 
 use app::App;
+pub(crate) use config::read_token;
 pub use config::{HttpArgs, Options};
 
 /// A bound, serving HTTP port, waiting for the server to attach.

@@ -307,7 +307,7 @@ impl Server {
 }
 
 /// Opens in-process connections to a server: each one a `tokio::io::duplex`
-/// pipe served by [`connection::serve`] exactly like an accepted socket,
+/// pipe served by `connection::serve` exactly like an accepted socket,
 /// with the same durability guarantees (the embedded Redis bridge uses it).
 #[derive(Clone)]
 pub struct LocalConnector {

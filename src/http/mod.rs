@@ -3,17 +3,17 @@
 //! runtime (axum over hyper).
 //!
 //! How, file by file:
-//! * [`config`]: the `--http*` flags.
-//! * [`app`]: what handlers share, and [`app::App::change`], the one way
+//! * `config`: the `--http*` flags.
+//! * `app`: what handlers share, and `app::App::change`, the one way
 //!   they change the queue (through the engine and the store, like a
 //!   protocol command).
-//! * [`health`]: `/healthz`, `/readyz`.
-//! * [`metrics`]: `/metrics`, from one engine snapshot per scrape.
-//! * [`api`]: `/api/…`, the admin calls; [`batch`]: flush and move, a
+//! * `health`: `/healthz`, `/readyz`.
+//! * `metrics`: `/metrics`, from one engine snapshot per scrape.
+//! * `api`: `/api/…`, the admin calls; `batch`: flush and move, a
 //!   batch per lock.
-//! * [`auth`]: the token (bearer header or the dashboard's login cookie).
-//! * [`dashboard`]: the page at `/`, its assets compiled into the binary.
-//! * [`history`]: the last ten minutes of figures, for the charts.
+//! * `auth`: the token (bearer header or the dashboard's login cookie).
+//! * `dashboard`: the page at `/`, its assets compiled into the binary.
+//! * `history`: the last ten minutes of figures, for the charts.
 //!
 //! The port is bound before the store is recovered, so `/healthz` answers
 //! at once and `/readyz` says 503 until the server serves. The beanstalk

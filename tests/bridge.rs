@@ -11,7 +11,7 @@ use std::time::Duration;
 use bridge_common::{assert_on_time, can_run, now_ms, Setup};
 
 /// How late a delivery may be in these tests: generous, for loaded CI
-/// machines; the bridge's own figures are far lower (see the README).
+/// machines; the bridge's own figures are far lower (see benches/RESULTS.md).
 const MAX_LATE_MS: i64 = 250;
 const QUIET: Duration = Duration::from_millis(600);
 

@@ -92,6 +92,7 @@ mod alarm;
 pub mod bridge;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 mod connection;
 pub mod engine;
 pub mod http;

@@ -1,0 +1,132 @@
+//! Refuse NATS servers too old for cluster mode.
+//!
+//! Before 2.12 a server lacks what sprout's guarantees stand on:
+//! `sync_interval: always` (2.9 acks before fsync), atomic batches
+//! (`allow_atomic`), and it silently ignores headers it does not know, so a
+//! `Nats-Expected-Last-Sequence` fence would do nothing. The check runs on
+//! the version in the server's INFO, before anything is written.
+
+/// The oldest server version accepted.
+pub const MINIMUM: (u64, u64, u64) = (2, 12, 0);
+
+/// Checks the server a client is connected to (its INFO's version).
+pub fn check(client: &async_nats::Client) -> Result<(), String> {
+    let info = client.server_info();
+    supported(&info.version).map_err(|e| format!("NATS server {}: {e}", info.server_name))
+}
+
+/// Whether a server reporting `version` (e.g. `2.15.1`, `2.16.0-RC.2`) may
+/// back a cluster. A pre-release counts as older than its release (semver),
+/// so `2.12.0-RC.1` is refused.
+pub fn supported(version: &str) -> Result<(), String> {
+    let (major, minor, patch) = MINIMUM;
+    let too_old = || {
+        format!(
+            "version {version} is older than {major}.{minor}.{patch}, the minimum for \
+             cluster mode: it lacks sync_interval (acks before fsync), atomic batches \
+             and the Nats-Expected-Last-Sequence fencing headers"
+        )
+    };
+    let parsed = parse(version).ok_or_else(|| {
+        format!("cannot read the NATS server version {version:?}: cluster mode needs {major}.{minor}.{patch} or newer")
+    })?;
+    match parsed {
+        (v, false) if v >= MINIMUM => Ok(()),
+        (v, true) if v > MINIMUM => Ok(()),
+        _ => Err(too_old()),
+    }
+}
+
+/// `MAJOR.MINOR.PATCH[-PRE][+BUILD]`, an optional leading `v`: the numbers
+/// and whether it is a pre-release.
+fn parse(version: &str) -> Option<((u64, u64, u64), bool)> {
+    let v = version.trim();
+    let v = v.strip_prefix('v').unwrap_or(v);
+    let v = v.split_once('+').map_or(v, |(core, _build)| core);
+    let (core, pre) = match v.split_once('-') {
+        Some((core, pre)) if !pre.is_empty() => (core, true),
+        Some(_) => return None,
+        None => (v, false),
+    };
+    let mut parts = core.split('.');
+    let mut number = || -> Option<u64> {
+        let p = parts.next()?;
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        p.parse().ok()
+    };
+    let numbers = (number()?, number()?, number()?);
+    match parts.next() {
+        Some(_) => None,
+        None => Some((numbers, pre)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        // (reported version, accepted)
+        let table = [
+            ("2.12.0", true),
+            ("2.12.1", true),
+            ("2.15.1", true),
+            ("v2.15.1", true),
+            ("2.16.0-RC.1", true),
+            ("2.16.0-beta", true),
+            ("2.14.0+build.5", true),
+            ("3.0.0", true),
+            ("2.100.0", true),
+            ("2.12.0-RC.3", false),
+            ("2.11.9", false),
+            ("2.10.22", false),
+            ("2.9.10", false),
+            ("1.99.99", false),
+        ];
+        for (version, accepted) in table {
+            assert_eq!(supported(version).is_ok(), accepted, "{version}");
+        }
+    }
+
+    #[test]
+    fn an_old_server_is_told_what_it_lacks() {
+        let err = supported("2.9.10").unwrap_err();
+        for needle in [
+            "2.9.10",
+            "2.12.0",
+            "sync_interval",
+            "atomic batches",
+            "Nats-Expected-Last-Sequence",
+        ] {
+            assert!(err.contains(needle), "{needle:?} missing from {err:?}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        for version in [
+            "",
+            "2",
+            "2.15",
+            "2.15.",
+            "2.15.1.4",
+            "x.y.z",
+            "2.15.1-",
+            "2.-1.0",
+            " ",
+            "2..1",
+            "2.15.1 extra",
+            "+2.15.1",
+        ] {
+            let err = supported(version).unwrap_err();
+            assert!(
+                err.contains("cannot read") || err.contains("older"),
+                "{version:?}: {err}"
+            );
+            assert!(err.contains("2.12.0"), "{version:?}: {err}");
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! Cluster mode: sprout nodes sharing one replicated job state on NATS
 //! JetStream (issue 13).
 
+/// Leadership: who may write, held as a short-lived key in a KV bucket.
+pub mod lease;
 /// The oldest nats-server whose guarantees the cluster relies on.
 pub mod version;

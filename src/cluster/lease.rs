@@ -1,0 +1,453 @@
+//! The leadership lease: one key in a JetStream KV bucket that at most one
+//! node holds at a time.
+//!
+//! Why a KV key and not a consensus of our own: JetStream already
+//! replicates the bucket (R = min(3, nodes)) and gives the two primitives a
+//! lease needs: *create* succeeds only if the key is absent, and *update*
+//! only with the revision the writer last saw. The bucket's `max_age` is
+//! the TTL, so a lease nobody renews simply ages out on the servers, with
+//! no clock of ours involved in freeing it.
+//!
+//! The holder's own clock only ever makes it give up *earlier*: it counts
+//! the TTL from when it *sent* its last successful write (the servers stamp
+//! it later, so the key lives at least that long), minus a margin for
+//! stopping in flight work, on a monotonic clock ([`Timing`]). The lease
+//! alone does not fence a deposed writer that is paused past the TTL; the
+//! stream's `Nats-Expected-Last-Sequence` chain does (see the issue).
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+/// The key inside the bucket.
+const KEY: &str = "leader";
+
+/// The lease's clock: how long it lives, how often it is renewed, when a
+/// holder must consider itself deposed, how often a standby looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// The bucket's `max_age`: a key nobody rewrites is gone after it.
+    pub ttl: Duration,
+    /// A holder renews this long after its last successful renewal was sent.
+    pub renew_every: Duration,
+    /// A holder considers itself deposed this long before the TTL runs out
+    /// (time to stop serving before anyone else may start).
+    pub margin: Duration,
+    /// A standby tries to take a held lease this often.
+    pub poll_every: Duration,
+}
+
+/// Where a holder stands, `now` against its last successful renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Held, no renewal due yet.
+    Fresh,
+    /// Held, renew now.
+    RenewDue,
+    /// Not safely held any more: stop serving at once.
+    Deposed,
+}
+
+impl Timing {
+    /// The default TTL: short enough for a takeover within the issue's 2 s
+    /// target (TTL + a poll), long enough for a few renewals to fail first.
+    pub const DEFAULT_TTL: Duration = Duration::from_millis(1500);
+    /// JetStream refuses shorter `max_age`s (100 ms), and below this the
+    /// margin is shorter than a round trip on a loaded machine.
+    pub const MIN_TTL: Duration = Duration::from_millis(200);
+
+    /// Renewals every TTL/4 and a margin of TTL/4: a holder survives two
+    /// renewals in a row failing or being slow, and is deposed on its own
+    /// clock at 3/4 TTL, a quarter TTL before the key can age out.
+    pub fn new(ttl: Duration) -> Result<Timing, String> {
+        if ttl < Self::MIN_TTL {
+            return Err(format!(
+                "lease TTL {ttl:?} is shorter than the minimum {:?}",
+                Self::MIN_TTL
+            ));
+        }
+        Ok(Timing {
+            ttl,
+            renew_every: ttl / 4,
+            margin: ttl / 4,
+            poll_every: ttl / 10,
+        })
+    }
+
+    /// A lease whose last successful write was sent at `sent` is safely held
+    /// until this instant.
+    pub fn valid_until(&self, sent: Instant) -> Instant {
+        sent + (self.ttl - self.margin)
+    }
+
+    /// When a lease last written at `sent` is next renewed.
+    pub fn next_renewal(&self, sent: Instant) -> Instant {
+        sent + self.renew_every
+    }
+
+    /// The pure decision: what a holder whose last successful write was
+    /// sent at `sent` must do at `now`.
+    pub fn standing(&self, sent: Instant, now: Instant) -> Standing {
+        if now >= self.valid_until(sent) {
+            Standing::Deposed
+        } else if now >= self.next_renewal(sent) {
+            Standing::RenewDue
+        } else {
+            Standing::Fresh
+        }
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing::new(Self::DEFAULT_TTL).expect("the default TTL is valid")
+    }
+}
+
+/// How many copies of the bucket: every node up to three (a majority of
+/// three survives one loss; more only slows each renewal).
+pub fn replicas(cluster_nodes: usize) -> usize {
+    cluster_nodes.clamp(1, 3)
+}
+
+/// The bucket holding cluster `cluster`'s lease.
+pub fn bucket_name(cluster: &str) -> Result<String, String> {
+    let valid = !cluster.is_empty()
+        && cluster
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return Err(format!(
+            "cluster name {cluster:?} must be letters, digits, '-' or '_'"
+        ));
+    }
+    Ok(format!("sprout-{cluster}-lease"))
+}
+
+/// Who holds the lease (the key's value, JSON).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The holder's `--node-id`.
+    pub node: String,
+    /// Where it serves the beanstalk protocol (what a standby relays to).
+    pub addr: String,
+    /// The key's revision (the bucket stream's sequence) when read.
+    #[serde(skip)]
+    pub revision: u64,
+}
+
+/// The lease is lost: stop serving at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deposed(pub String);
+
+impl std::fmt::Display for Deposed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "deposed: {}", self.0)
+    }
+}
+
+impl std::error::Error for Deposed {}
+
+/// A cluster's lease bucket.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    store: kv::Store,
+    timing: Timing,
+}
+
+impl Lease {
+    /// Opens (creating or reconfiguring) the lease bucket of `cluster`. The
+    /// TTL is the bucket's, so every node should use the same; the last to
+    /// open sets it.
+    pub async fn open(
+        js: &jetstream::Context,
+        cluster: &str,
+        timing: Timing,
+        replicas: usize,
+    ) -> Result<Lease, String> {
+        let bucket = bucket_name(cluster)?;
+        let config = kv::Config {
+            bucket: bucket.clone(),
+            description: format!("sprout cluster {cluster}: who leads"),
+            history: 1,
+            max_age: timing.ttl,
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        let store = js
+            .create_or_update_key_value(config)
+            .await
+            .map_err(|e| format!("opening the lease bucket {bucket}: {e}"))?;
+        Ok(Lease { store, timing })
+    }
+
+    /// The lease's clock.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// Takes the lease if nobody holds it: `None` when someone does. (Not
+    /// the crate's `create`: it reads through any replica, and a lagging
+    /// one turns a lost race into an error.)
+    pub async fn try_acquire(&self, node: &str, addr: &str) -> Result<Option<Held>, String> {
+        let value = encode(node, addr)?;
+        let sent = Instant::now();
+        // Revision 0: only if the key has no message at all.
+        let mut expect = 0;
+        loop {
+            match self.store.update(KEY, value.clone(), expect).await {
+                Ok(revision) => {
+                    return Ok(Some(Held {
+                        store: self.store.clone(),
+                        timing: self.timing,
+                        value,
+                        revision,
+                        sent,
+                        deposed: None,
+                    }))
+                }
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+                Err(e) => return Err(format!("taking the lease: {e}")),
+            }
+            match self.latest().await? {
+                // Released (a delete marker): take it over that revision.
+                Some((revision, None)) if expect == 0 => expect = revision,
+                // Held, or someone else won the race for a released one.
+                _ => return Ok(None),
+            }
+        }
+    }
+
+    /// Waits until this node holds the lease: what a standby runs. Tries
+    /// every `poll_every` (an aged-out key announces nothing, so a watch
+    /// would not see it go); NATS errors are retried the same way.
+    pub async fn acquire(&self, node: &str, addr: &str) -> Held {
+        loop {
+            match self.try_acquire(node, addr).await {
+                Ok(Some(held)) => return held,
+                Ok(None) => {}
+                Err(e) => tracing::warn!("lease: {e}"),
+            }
+            tokio::time::sleep(self.timing.poll_every).await;
+        }
+    }
+
+    /// Who holds the lease now, if anyone.
+    pub async fn current(&self) -> Result<Option<Holder>, String> {
+        Ok(self.latest().await?.and_then(|(_, holder)| holder))
+    }
+
+    /// The key's last message, read from the bucket's stream leader (not a
+    /// replica, which may lag): its revision, and the holder unless it is a
+    /// release's delete marker.
+    async fn latest(&self) -> Result<Option<(u64, Option<Holder>)>, String> {
+        let subject = format!("{}{KEY}", self.store.prefix);
+        let message = match self
+            .store
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(message) => message,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(format!("reading the lease: {e}")),
+        };
+        let marker = message
+            .headers
+            .get("KV-Operation")
+            .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+        if marker {
+            return Ok(Some((message.sequence, None)));
+        }
+        let mut holder: Holder = serde_json::from_slice(&message.payload)
+            .map_err(|e| format!("the lease holds no holder: {e}"))?;
+        holder.revision = message.sequence;
+        Ok(Some((message.sequence, Some(holder))))
+    }
+}
+
+/// The lease, held by this node.
+#[derive(Debug)]
+pub struct Held {
+    store: kv::Store,
+    timing: Timing,
+    value: Bytes,
+    revision: u64,
+    /// When the last successful write was sent.
+    sent: Instant,
+    /// Set once a write was refused: no later renewal is tried.
+    deposed: Option<Deposed>,
+}
+
+impl Held {
+    /// The lease's clock.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The key's revision as this node last wrote it.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Until when the lease is safely held (then [`Held::renew`] fails).
+    pub fn valid_until(&self) -> Instant {
+        self.timing.valid_until(self.sent)
+    }
+
+    /// Where the holder stands now.
+    pub fn standing(&self) -> Standing {
+        match self.deposed {
+            Some(_) => Standing::Deposed,
+            None => self.timing.standing(self.sent, Instant::now()),
+        }
+    }
+
+    /// Rewrites the key with the revision last written, so it fails if
+    /// anyone else wrote or the key aged out. Transient NATS errors are
+    /// retried until [`Held::valid_until`]; `Err` means stop serving at once
+    /// (and it stays so: a deposed holder must acquire anew).
+    pub async fn renew(&mut self) -> Result<(), Deposed> {
+        if let Some(deposed) = &self.deposed {
+            return Err(deposed.clone());
+        }
+        let deadline = self.valid_until();
+        loop {
+            let sent = Instant::now();
+            if sent >= deadline {
+                return Err(Deposed("no renewal succeeded within the lease".into()));
+            }
+            let update = self.store.update(KEY, self.value.clone(), self.revision);
+            match tokio::time::timeout_at(deadline, update).await {
+                Ok(Ok(revision)) => {
+                    self.revision = revision;
+                    self.sent = sent;
+                    return Ok(());
+                }
+                Ok(Err(e)) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    let deposed = Deposed("the lease was taken over or aged out".into());
+                    self.deposed = Some(deposed.clone());
+                    return Err(deposed);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!("lease renewal failed, retrying: {e}");
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let pause = self.timing.poll_every.min(left);
+                    tokio::time::sleep(pause).await;
+                }
+                Err(_elapsed) => {
+                    return Err(Deposed("no renewal succeeded within the lease".into()))
+                }
+            }
+        }
+    }
+
+    /// Renews on schedule until deposed: run it beside the serving, and
+    /// stop serving when it returns.
+    pub async fn keep(&mut self) -> Deposed {
+        loop {
+            tokio::time::sleep_until(self.timing.next_renewal(self.sent)).await;
+            if let Err(deposed) = self.renew().await {
+                return deposed;
+            }
+        }
+    }
+
+    /// Gives the lease up (a graceful stop), so a standby need not wait out
+    /// the TTL. Does nothing to a lease someone else holds by now.
+    pub async fn release(self) -> Result<(), String> {
+        self.store
+            .delete_expect_revision(KEY, Some(self.revision))
+            .await
+            .map_err(|e| format!("releasing the lease: {e}"))
+    }
+}
+
+fn encode(node: &str, addr: &str) -> Result<Bytes, String> {
+    let holder = Holder {
+        node: node.to_string(),
+        addr: addr.to_string(),
+        revision: 0,
+    };
+    serde_json::to_vec(&holder)
+        .map(Bytes::from)
+        .map_err(|e| format!("encoding the lease: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn default_timing() {
+        let t = Timing::default();
+        assert_eq!(t.ttl, ms(1500));
+        assert_eq!(t.renew_every, ms(375));
+        assert_eq!(t.margin, ms(375));
+        assert_eq!(t.poll_every, ms(150));
+    }
+
+    #[test]
+    fn standing_over_time() {
+        let t = Timing::default();
+        let sent = Instant::now();
+        // (ms since the last successful write was sent, standing)
+        let table = [
+            (0, Standing::Fresh),
+            (374, Standing::Fresh),
+            (375, Standing::RenewDue),
+            (800, Standing::RenewDue),
+            (1124, Standing::RenewDue),
+            (1125, Standing::Deposed),
+            (1500, Standing::Deposed),
+            (60_000, Standing::Deposed),
+        ];
+        for (after, want) in table {
+            assert_eq!(t.standing(sent, sent + ms(after)), want, "{after} ms");
+        }
+    }
+
+    #[test]
+    fn deposed_before_the_key_can_age_out() {
+        for ttl in [200, 1000, 1500, 3000, 10_000] {
+            let t = Timing::new(ms(ttl)).unwrap();
+            let sent = Instant::now();
+            assert!(t.valid_until(sent) < sent + t.ttl, "{ttl}");
+            assert!(t.next_renewal(sent) < t.valid_until(sent), "{ttl}");
+            // Room for two renewals to fail before the holder is deposed.
+            assert!(t.next_renewal(sent) + 2 * t.renew_every <= t.valid_until(sent));
+        }
+    }
+
+    #[test]
+    fn ttl_too_short_is_refused() {
+        assert!(Timing::new(ms(199)).is_err());
+        assert!(Timing::new(ms(0)).is_err());
+        assert!(Timing::new(ms(200)).is_ok());
+    }
+
+    #[test]
+    fn replicas_by_cluster_size() {
+        let table = [(0, 1), (1, 1), (2, 2), (3, 3), (5, 3), (9, 3)];
+        for (nodes, want) in table {
+            assert_eq!(replicas(nodes), want, "{nodes} nodes");
+        }
+    }
+
+    #[test]
+    fn bucket_names() {
+        assert_eq!(bucket_name("prod").unwrap(), "sprout-prod-lease");
+        assert_eq!(bucket_name("a_B-9").unwrap(), "sprout-a_B-9-lease");
+        for bad in ["", "a.b", "a b", "a*", "a>", "ü"] {
+            assert!(bucket_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! A standby passes a beanstalk client's connection through to the leader,
+//! byte for byte, so clients may connect to any node with no protocol change.
+//!
+//! Why not plain `tokio::io::copy_bidirectional`: it turns the leader's
+//! close into a half-close of the client and then waits for the client to
+//! close too, so an idle consumer of a dead leader would sit on a
+//! half-open connection. Here the leader's close (or error) closes the
+//! client at once, so it reconnects (and finds the new leader); the
+//! client's half-close is still passed on, so a client that shuts down its
+//! writing side still gets every reply.
+
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long connecting to the leader may take before the client is closed.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Bytes passed each way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Relayed {
+    pub to_leader: u64,
+    pub to_client: u64,
+}
+
+/// Connects to the leader at `leader` (`host:port`) and passes bytes both
+/// ways until the leader closes, or the client closes and the leader has
+/// answered everything. The client is closed when this returns (it is
+/// dropped), also when the leader cannot be reached.
+pub async fn relay<C>(client: C, leader: &str, connect_timeout: Duration) -> io::Result<Relayed>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let upstream = tokio::time::timeout(connect_timeout, TcpStream::connect(leader))
+        .await
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connecting to the leader {leader}: timed out"),
+            )
+        })??;
+    upstream.set_nodelay(true)?;
+    pass(client, upstream).await
+}
+
+/// The two copies: client → leader ends with a half-close of the leader
+/// (which then finishes its replies and closes); leader → client ending
+/// ends everything.
+async fn pass<C>(client: C, upstream: TcpStream) -> io::Result<Relayed>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut client_rx, mut client_tx) = tokio::io::split(client);
+    let (mut leader_rx, mut leader_tx) = upstream.into_split();
+    let mut to_leader = 0;
+    let to_client = {
+        // Never finishes but with an error: once the client is done, the
+        // leader's close (below) ends the relay.
+        let up = async {
+            let done = async {
+                copy(&mut client_rx, &mut leader_tx, &mut to_leader).await?;
+                leader_tx.shutdown().await
+            };
+            match done.await {
+                Err(e) => e,
+                Ok(()) => std::future::pending().await,
+            }
+        };
+        let down = async {
+            let mut n = 0;
+            copy(&mut leader_rx, &mut client_tx, &mut n).await?;
+            client_tx.shutdown().await?;
+            Ok::<u64, io::Error>(n)
+        };
+        tokio::select! {
+            n = down => n?,
+            e = up => return Err(e),
+        }
+    };
+    Ok(Relayed {
+        to_leader,
+        to_client,
+    })
+}
+
+/// Copies until end of file, counting as it goes (so a relay ended from the
+/// other side still knows how much passed).
+async fn copy<R, W>(from: &mut R, to: &mut W, count: &mut u64) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).await?;
+        to.flush().await?;
+        *count += n as u64;
+    }
+}

@@ -49,7 +49,7 @@
 //! 3. **Engine**: under one lock (`shared::Shared::lock`) the connection
 //!    runs all it decoded, each with a fresh clock reading, through
 //!    [`engine::Engine::execute`], which fires what is due and dispatches
-//!    the command (`Engine::dispatch`, `engine/mod.rs`). A change the store
+//!    the command (`engine/commands.rs`). A change the store
 //!    has no room for is refused there, before it happens, with
 //!    `OUT_OF_MEMORY` (`engine/room.rs`).
 //! 4. **Journal and store**: after each command, `shared::Locked::submit`
@@ -76,11 +76,12 @@
 //!
 //! # Where things are decided
 //!
-//! * A beanstalk command: `Engine::dispatch` in `engine/mod.rs`, one arm a
-//!   command, each arm or the method it calls is the whole command (`put`:
-//!   `Engine::put_in`; `kick`: `Engine::kick`; `pause-tube`:
-//!   `Engine::pause`, and its end in `Engine::tick`'s `Unpause` arm;
-//!   `stats-tube`: `engine/stats.rs`'s `tube`).
+//! * A beanstalk command: `engine/commands.rs`, one function a command in
+//!   protocol.txt's order, after `dispatch`, the table that picks it; the
+//!   line after each name says what else it affects. `put`: `put_in`;
+//!   `kick`: `Engine::kick`; `pause-tube`: `Engine::pause` (its end is
+//!   `Engine::tick`'s `Unpause` arm, in `engine/mod.rs`); `stats-tube`:
+//!   `stats_tube`, its document in `engine/stats.rs`.
 //! * The admin API's changes: `engine/admin.rs`; its reads:
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
 //! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`

@@ -10,19 +10,21 @@
 //! Timers: [`Engine::next_deadline`] is the earliest moment anything is due
 //! (a delayed job, a TTR, a DEADLINE_SOON margin, a pause, a reserve
 //! timeout); one timer task sleeps until then and calls [`Engine::tick`].
+//!
+//! Each beanstalk command is one function in `commands.rs`, picked by its
+//! `dispatch`; this file holds the engine's state, its calls for the
+//! server, and the state transitions every command shares.
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use rustc_hash::FxHashMap;
-use sprout_protocol::{
-    Command, JobId, Op, ProtocolError, Rejected, Response, TubeName, URGENT_THRESHOLD,
-};
+use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URGENT_THRESHOLD};
 
 mod admin;
 #[cfg(test)]
 mod admin_tests;
 mod browse;
+mod commands;
 mod conn;
 mod heap;
 mod histogram;
@@ -39,11 +41,10 @@ mod tube;
 
 pub use admin::AdminError;
 pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
-use conn::{Conn, Wait};
+use conn::Conn;
 use heap::{ByDeadline, ByPriority};
 pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
-use job::Job;
 pub use job::State;
 pub use journal::{JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
@@ -246,7 +247,7 @@ impl Engine {
         }
         self.stats.count(cmd.op());
         self.stop_waiting(conn);
-        let outcome = self.dispatch(conn, cmd);
+        let outcome = commands::dispatch(self, conn, cmd);
         self.tick(now);
         outcome
     }
@@ -368,128 +369,6 @@ impl Engine {
         self.timers.len()
     }
 
-    fn dispatch(&mut self, conn: ConnId, cmd: Command) -> Outcome {
-        let reply = match cmd {
-            Command::Put {
-                pri,
-                delay,
-                ttr,
-                body,
-            } => self.put(conn, pri, delay, ttr, body),
-            Command::Use(name) => {
-                let t = self.tubes.find_or_make(&name);
-                self.tubes[t].using += 1;
-                let old = std::mem::replace(&mut self.conn_mut(conn).using, t);
-                self.tubes[old].using -= 1;
-                self.drop_tube_ref(old);
-                Response::Using(name)
-            }
-            Command::Reserve => return self.reserve(conn, None),
-            Command::ReserveWithTimeout(timeout) => {
-                return self.reserve(conn, Some(micros(timeout)))
-            }
-            Command::ReserveJob(id) => self.reserve_job(conn, id),
-            Command::Delete(id) => self.delete(conn, id),
-            Command::Release { id, pri, delay } => match self.owned(conn, id) {
-                Some(slot) if !self.room_to_update(slot) => Response::OutOfMemory,
-                Some(slot) => {
-                    self.unreserve(conn, slot);
-                    let job = &mut self.jobs[slot];
-                    job.pri = pri;
-                    job.delay = seconds(delay);
-                    job.releases += 1;
-                    self.enqueue(slot, micros(delay));
-                    self.record(slot, false);
-                    Response::Released
-                }
-                None => Response::NotFound,
-            },
-            Command::Bury { id, pri } => match self.owned(conn, id) {
-                Some(slot) if !self.room_to_update(slot) => Response::OutOfMemory,
-                Some(slot) => {
-                    self.unreserve(conn, slot);
-                    self.jobs[slot].pri = pri;
-                    self.make_buried(slot);
-                    self.record(slot, false);
-                    Response::Buried
-                }
-                None => Response::NotFound,
-            },
-            Command::Touch(id) => match self.owned(conn, id) {
-                Some(slot) => {
-                    let deadline = self.jobs[slot].deadline;
-                    self.conn_mut(conn).reserved.remove(&(deadline, slot));
-                    self.start_ttr(conn, slot);
-                    Response::Touched
-                }
-                None => Response::NotFound,
-            },
-            Command::Watch(name) => {
-                let t = self.tubes.find_or_make(&name);
-                let c = self.conns.get_mut(&conn).expect("known connection");
-                if !c.watch.contains(&t) {
-                    c.watch.push(t);
-                    self.tubes[t].watching += 1;
-                }
-                Response::Watching(c.watch.len() as u32)
-            }
-            Command::Ignore(name) => self.ignore(conn, &name),
-            Command::Peek(id) => self.found(self.jobs.find(id)),
-            Command::PeekReady => {
-                self.found(self.tubes[self.used(conn)].ready.peek().map(|e| e.slot))
-            }
-            Command::PeekDelayed => {
-                self.found(self.tubes[self.used(conn)].delayed.peek().map(|e| e.slot))
-            }
-            Command::PeekBuried => self.found(
-                self.tubes[self.used(conn)]
-                    .buried
-                    .first()
-                    .map(|&(_, slot)| slot),
-            ),
-            Command::Kick(bound) => Response::KickedCount(self.kick(self.used(conn), bound)),
-            Command::KickJob(id) => match self.jobs.find(id) {
-                Some(slot) if matches!(self.jobs[slot].state(), State::Buried | State::Delayed) => {
-                    if !self.room_to_update(slot) {
-                        return Outcome::Reply(Response::OutOfMemory);
-                    }
-                    self.kick_job(slot);
-                    Response::Kicked
-                }
-                _ => Response::NotFound,
-            },
-            Command::Stats => Response::Ok(self.stats_document()),
-            Command::StatsJob(id) => match self.jobs.find(id) {
-                Some(slot) => {
-                    let job = &self.jobs[slot];
-                    let file = self.file_of(slot);
-                    Response::Ok(stats::job(job, &self.tubes[job.tube].name, file, self.now))
-                }
-                None => Response::NotFound,
-            },
-            Command::StatsTube(name) => match self.tubes.find(&name) {
-                Some(t) => Response::Ok(stats::tube(&self.tubes[t], self.now)),
-                None => Response::NotFound,
-            },
-            Command::ListTubes => Response::Ok(stats::tube_list(
-                self.tubes.list().iter().map(|&t| &self.tubes[t].name),
-            )),
-            Command::ListTubeUsed => Response::Using(self.tubes[self.used(conn)].name.clone()),
-            Command::ListTubesWatched => Response::Ok(stats::tube_list(
-                self.conns[&conn].watch.iter().map(|&t| &self.tubes[t].name),
-            )),
-            Command::PauseTube { tube, delay } => match self.tubes.find(&tube) {
-                Some(t) => {
-                    self.pause(t, delay);
-                    Response::Paused
-                }
-                None => Response::NotFound,
-            },
-            Command::Quit => return Outcome::Close,
-        };
-        Outcome::Reply(reply)
-    }
-
     fn conn_mut(&mut self, conn: ConnId) -> &mut Conn {
         self.conns.get_mut(&conn).expect("known connection")
     }
@@ -497,126 +376,6 @@ impl Engine {
     /// The tube `conn` uses.
     fn used(&self, conn: ConnId) -> u32 {
         self.conns[&conn].using
-    }
-
-    fn put(
-        &mut self,
-        conn: ConnId,
-        pri: u32,
-        delay: Duration,
-        ttr: Duration,
-        body: Bytes,
-    ) -> Response {
-        self.set_producer(conn);
-        self.put_in(self.used(conn), pri, delay, ttr, body)
-    }
-
-    /// Puts a new job in tube `t` (which must be live).
-    fn put_in(
-        &mut self,
-        t: u32,
-        pri: u32,
-        delay: Duration,
-        ttr: Duration,
-        body: Bytes,
-    ) -> Response {
-        let id = self.next_job_id;
-        self.next_job_id += 1;
-        if self.draining {
-            return Response::Draining;
-        }
-        let change = Change::Put {
-            body: body.len(),
-            tube: self.tubes[t].name.as_bytes().len(),
-        };
-        if self.jobs.is_full() || !self.room.admits(change) {
-            return Response::OutOfMemory;
-        }
-        let job = Job::new(
-            id,
-            pri,
-            seconds(ttr).max(1),
-            seconds(delay),
-            t,
-            body,
-            self.now,
-        );
-        let slot = self.jobs.insert(job);
-        self.tubes[t].total_jobs += 1;
-        self.stats.total_jobs += 1;
-        self.enqueue(slot, micros(delay));
-        self.record(slot, true);
-        Response::Inserted(id)
-    }
-
-    fn reserve(&mut self, conn: ConnId, timeout: Option<Time>) -> Outcome {
-        self.set_worker(conn);
-        let c = &self.conns[&conn];
-        let ready = c.watch.iter().any(|&t| !self.tubes[t].ready.is_empty());
-        if c.deadline_soon(self.now) && !ready {
-            return Outcome::Reply(Response::DeadlineSoon);
-        }
-        let best = c
-            .watch
-            .iter()
-            .filter(|&&t| !self.tubes[t].is_paused())
-            .filter_map(|&t| self.tubes[t].ready.peek())
-            .min_by_key(|e| e.key());
-        if let Some(ByPriority { slot, .. }) = best {
-            self.take_out(slot);
-            self.make_reserved(conn, slot);
-            return Outcome::Reply(self.reserved_reply(slot));
-        }
-        if timeout == Some(0) {
-            return Outcome::Reply(Response::TimedOut);
-        }
-        let seq = self.next_wait_seq;
-        self.next_wait_seq += 1;
-        let until = timeout.map(|t| self.now.saturating_add(t));
-        let c = self.conns.get_mut(&conn).expect("known connection");
-        c.wait = Some(Wait { seq, until });
-        for &t in &c.watch {
-            self.tubes[t].waiters.insert(seq, conn);
-        }
-        self.stats.waiting += 1;
-        self.arm_conn(conn);
-        Outcome::Wait
-    }
-
-    fn reserve_job(&mut self, conn: ConnId, id: JobId) -> Response {
-        match self.jobs.find(id) {
-            Some(slot) if self.jobs[slot].state() != State::Reserved => {
-                self.take_out(slot);
-                self.set_worker(conn);
-                self.make_reserved(conn, slot);
-                self.reserved_reply(slot)
-            }
-            _ => Response::NotFound,
-        }
-    }
-
-    fn delete(&mut self, conn: ConnId, id: JobId) -> Response {
-        let Some(slot) = self.jobs.find(id) else {
-            return Response::NotFound;
-        };
-        if self.jobs[slot].state() == State::Reserved {
-            if self.owned(conn, id).is_none() {
-                return Response::NotFound;
-            }
-            let job = &self.jobs[slot];
-            // From the reserve, or the last touch, which restarted the TTR.
-            let reserved_at = job
-                .deadline
-                .saturating_sub(u64::from(job.ttr) * MICROS_PER_SECOND);
-            let held = self.now.saturating_sub(reserved_at);
-            self.tubes[job.tube].latency.reserve_to_delete.observe(held);
-            self.unreserve(conn, slot);
-        } else {
-            self.take_out(slot);
-        }
-        self.tubes[self.jobs[slot].tube].deletes += 1;
-        self.discard(slot);
-        Response::Deleted
     }
 
     /// Removes a job that is in no queue and held by no one, journaling
@@ -628,75 +387,6 @@ impl Engine {
             self.journal.push(Record::Delete(job.id));
             self.room.charge(Change::Delete);
         }
-    }
-
-    /// The `stats` document.
-    fn stats_document(&self) -> Bytes {
-        stats::server(
-            &self.stats,
-            &stats::Server {
-                config: &self.config,
-                host: &self.host,
-                tubes: self.tubes.list().len(),
-                uptime: self.now - self.started,
-                draining: self.draining,
-            },
-        )
-    }
-
-    /// Pauses tube `t` for `delay` (at least 1 µs, as beanstalkd does).
-    fn pause(&mut self, t: u32, delay: Duration) {
-        let pause = micros(delay).max(1);
-        let tube = &mut self.tubes[t];
-        tube.pause = pause;
-        tube.unpause_at = self.now.saturating_add(pause);
-        tube.pauses += 1;
-        self.timers.set(TimerKey::Unpause(t), Some(tube.unpause_at));
-    }
-
-    fn ignore(&mut self, conn: ConnId, name: &TubeName) -> Response {
-        let tube = self.tubes.find(name);
-        let c = self.conns.get_mut(&conn).expect("known connection");
-        if let Some(at) = c.watch.iter().position(|&t| Some(t) == tube) {
-            if c.watch.len() < 2 {
-                return Response::NotIgnored;
-            }
-            let t = c.watch.swap_remove(at);
-            let watching = c.watch.len() as u32;
-            self.tubes[t].watching -= 1;
-            self.drop_tube_ref(t);
-            return Response::Watching(watching);
-        }
-        Response::Watching(c.watch.len() as u32)
-    }
-
-    /// `kick <bound>` on tube `t`: buried jobs if there are any (oldest
-    /// first), else delayed jobs (soonest first).
-    fn kick(&mut self, t: u32, bound: u32) -> u32 {
-        let from_buried = !self.tubes[t].buried.is_empty();
-        let mut kicked = 0;
-        while kicked < bound {
-            let tube = &self.tubes[t];
-            let next = if from_buried {
-                tube.buried.first().map(|&(_, slot)| slot)
-            } else {
-                tube.delayed.peek().map(|e| e.slot)
-            };
-            let Some(slot) = next else { break };
-            if !self.room_to_update(slot) {
-                break;
-            }
-            self.kick_job(slot);
-            kicked += 1;
-        }
-        kicked
-    }
-
-    fn kick_job(&mut self, slot: u32) {
-        self.take_out(slot);
-        self.jobs[slot].kicks += 1;
-        self.make_ready(slot);
-        self.record(slot, false);
     }
 
     /// The slot of job `id` if `conn` holds it reserved.

@@ -1,0 +1,461 @@
+//! Every beanstalk command, one function each, in protocol.txt's order, and
+//! [`dispatch`], the table from a command to its function.
+//!
+//! A command's function is the whole command: what it checks, what it
+//! changes, what it answers; the line after its name says what else it
+//! affects. The state transitions they share (`take_out`, `make_ready`,
+//! `make_reserved`, `unreserve`, ...) are in `mod.rs` and keep every queue,
+//! counter and timer in step. Where the admin API makes the same change
+//! (`admin.rs`), the change is an [`Engine`] method here, beside its
+//! command.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sprout_protocol::{Command, JobId, Response, TubeName};
+
+use super::conn::Wait;
+use super::heap::ByPriority;
+use super::job::{Job, State};
+use super::room::Change;
+use super::timers::TimerKey;
+use super::{micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
+
+/// Runs `cmd` for `conn`, a known connection that is not waiting.
+pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
+    let reply = match cmd {
+        Command::Put {
+            pri,
+            delay,
+            ttr,
+            body,
+        } => put(e, conn, pri, delay, ttr, body),
+        Command::Use(name) => use_tube(e, conn, name),
+        Command::Reserve => return reserve(e, conn, None),
+        Command::ReserveWithTimeout(timeout) => return reserve(e, conn, Some(micros(timeout))),
+        Command::ReserveJob(id) => reserve_job(e, conn, id),
+        Command::Delete(id) => delete(e, conn, id),
+        Command::Release { id, pri, delay } => release(e, conn, id, pri, delay),
+        Command::Bury { id, pri } => bury(e, conn, id, pri),
+        Command::Touch(id) => touch(e, conn, id),
+        Command::Watch(name) => watch(e, conn, name),
+        Command::Ignore(name) => ignore(e, conn, &name),
+        Command::Peek(id) => peek(e, id),
+        Command::PeekReady => peek_ready(e, conn),
+        Command::PeekDelayed => peek_delayed(e, conn),
+        Command::PeekBuried => peek_buried(e, conn),
+        Command::Kick(bound) => kick(e, conn, bound),
+        Command::KickJob(id) => kick_job(e, id),
+        Command::StatsJob(id) => stats_job(e, id),
+        Command::StatsTube(name) => stats_tube(e, &name),
+        Command::Stats => Response::Ok(e.stats_document()),
+        Command::ListTubes => list_tubes(e),
+        Command::ListTubeUsed => list_tube_used(e, conn),
+        Command::ListTubesWatched => list_tubes_watched(e, conn),
+        Command::Quit => return Outcome::Close,
+        Command::PauseTube { tube, delay } => pause_tube(e, &tube, delay),
+    };
+    Outcome::Reply(reply)
+}
+
+/// `put <pri> <delay> <ttr> <bytes>` into the tube `conn` uses.
+/// Also: marks `conn` a producer; see [`Engine::put_in`].
+fn put(
+    e: &mut Engine,
+    conn: ConnId,
+    pri: u32,
+    delay: Duration,
+    ttr: Duration,
+    body: Bytes,
+) -> Response {
+    e.set_producer(conn);
+    e.put_in(e.used(conn), pri, delay, ttr, body)
+}
+
+impl Engine {
+    /// Puts a new job in tube `t` (which must be live): `put`, and the
+    /// admin API's put.
+    /// Also: uses up a job id even when refused; DRAINING in drain mode;
+    /// OUT_OF_MEMORY when the table is full or the store has no room
+    /// (`room.rs`); a ready job goes straight to the tube's oldest waiter
+    /// (`make_ready`), a delayed one arms the tube's delay timer; the
+    /// tube's and server's job counts; a put record.
+    pub(super) fn put_in(
+        &mut self,
+        t: u32,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+    ) -> Response {
+        let id = self.next_job_id;
+        self.next_job_id += 1;
+        if self.draining {
+            return Response::Draining;
+        }
+        let change = Change::Put {
+            body: body.len(),
+            tube: self.tubes[t].name.as_bytes().len(),
+        };
+        if self.jobs.is_full() || !self.room.admits(change) {
+            return Response::OutOfMemory;
+        }
+        let job = Job::new(
+            id,
+            pri,
+            seconds(ttr).max(1),
+            seconds(delay),
+            t,
+            body,
+            self.now,
+        );
+        let slot = self.jobs.insert(job);
+        self.tubes[t].total_jobs += 1;
+        self.stats.total_jobs += 1;
+        self.enqueue(slot, micros(delay));
+        self.record(slot, true);
+        Response::Inserted(id)
+    }
+}
+
+/// `use <tube>`: where `conn`'s puts and peeks go.
+/// Also: the tubes' `current-using`; the tube left may be dropped.
+fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
+    let t = e.tubes.find_or_make(&name);
+    e.tubes[t].using += 1;
+    let old = std::mem::replace(&mut e.conn_mut(conn).using, t);
+    e.tubes[old].using -= 1;
+    e.drop_tube_ref(old);
+    Response::Using(name)
+}
+
+/// `reserve`, and `reserve-with-timeout` (`timeout` in µs): the most
+/// urgent ready job of the unpaused tubes `conn` watches, or a wait.
+/// Also: marks `conn` a worker; DEADLINE_SOON when a job it holds is in
+/// its safety margin and no watched tube has a ready job; the job's TTR
+/// timer; a wait is ended by `serve_waiters` (a job becomes ready, a pause
+/// ends), by `Engine::tick` (the timeout, the margin) or by a disconnect.
+/// Writes no record (see `make_reserved`).
+fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
+    e.set_worker(conn);
+    let c = &e.conns[&conn];
+    let ready = c.watch.iter().any(|&t| !e.tubes[t].ready.is_empty());
+    if c.deadline_soon(e.now) && !ready {
+        return Outcome::Reply(Response::DeadlineSoon);
+    }
+    let best = c
+        .watch
+        .iter()
+        .filter(|&&t| !e.tubes[t].is_paused())
+        .filter_map(|&t| e.tubes[t].ready.peek())
+        .min_by_key(|entry| entry.key());
+    if let Some(ByPriority { slot, .. }) = best {
+        e.take_out(slot);
+        e.make_reserved(conn, slot);
+        return Outcome::Reply(e.reserved_reply(slot));
+    }
+    if timeout == Some(0) {
+        return Outcome::Reply(Response::TimedOut);
+    }
+    let seq = e.next_wait_seq;
+    e.next_wait_seq += 1;
+    let until = timeout.map(|t| e.now.saturating_add(t));
+    let c = e.conns.get_mut(&conn).expect("known connection");
+    c.wait = Some(Wait { seq, until });
+    for &t in &c.watch {
+        e.tubes[t].waiters.insert(seq, conn);
+    }
+    e.stats.waiting += 1;
+    e.arm_conn(conn);
+    Outcome::Wait
+}
+
+/// `reserve-job <id>`: that job, from whatever queue holds it (paused or
+/// not), unless someone holds it.
+/// Also: marks `conn` a worker; the job's TTR timer; no record.
+fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+    match e.jobs.find(id) {
+        Some(slot) if e.jobs[slot].state() != State::Reserved => {
+            e.take_out(slot);
+            e.set_worker(conn);
+            e.make_reserved(conn, slot);
+            e.reserved_reply(slot)
+        }
+        _ => Response::NotFound,
+    }
+}
+
+/// `delete <id>`: a job `conn` holds, or one nobody holds.
+/// Also: the reserve-to-delete histogram and the tube's `cmd-delete`; the
+/// holder's TTR timer; the tube may be dropped; a delete record (its room
+/// was set aside at the put).
+fn delete(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+    let Some(slot) = e.jobs.find(id) else {
+        return Response::NotFound;
+    };
+    if e.jobs[slot].state() == State::Reserved {
+        if e.owned(conn, id).is_none() {
+            return Response::NotFound;
+        }
+        let job = &e.jobs[slot];
+        // From the reserve, or the last touch, which restarted the TTR.
+        let reserved_at = job
+            .deadline
+            .saturating_sub(u64::from(job.ttr) * MICROS_PER_SECOND);
+        let held = e.now.saturating_sub(reserved_at);
+        e.tubes[job.tube].latency.reserve_to_delete.observe(held);
+        e.unreserve(conn, slot);
+    } else {
+        e.take_out(slot);
+    }
+    e.tubes[e.jobs[slot].tube].deletes += 1;
+    e.discard(slot);
+    Response::Deleted
+}
+
+/// `release <id> <pri> <delay>`: a job `conn` holds goes back, ready or
+/// delayed.
+/// Also: OUT_OF_MEMORY, changing nothing, without room to record it; the
+/// holder's TTR timer; a ready job goes to the tube's oldest waiter, a
+/// delayed one arms the delay timer; `releases`; an update record.
+fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -> Response {
+    match e.owned(conn, id) {
+        Some(slot) if !e.room_to_update(slot) => Response::OutOfMemory,
+        Some(slot) => {
+            e.unreserve(conn, slot);
+            let job = &mut e.jobs[slot];
+            job.pri = pri;
+            job.delay = seconds(delay);
+            job.releases += 1;
+            e.enqueue(slot, micros(delay));
+            e.record(slot, false);
+            Response::Released
+        }
+        None => Response::NotFound,
+    }
+}
+
+/// `bury <id> <pri>`: a job `conn` holds goes to the end of its tube's
+/// bury order.
+/// Also: OUT_OF_MEMORY, changing nothing, without room to record it; the
+/// holder's TTR timer; `buries`; `kick` takes the oldest buried first; an
+/// update record.
+fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
+    match e.owned(conn, id) {
+        Some(slot) if !e.room_to_update(slot) => Response::OutOfMemory,
+        Some(slot) => {
+            e.unreserve(conn, slot);
+            e.jobs[slot].pri = pri;
+            e.make_buried(slot);
+            e.record(slot, false);
+            Response::Buried
+        }
+        None => Response::NotFound,
+    }
+}
+
+/// `touch <id>`: a job `conn` holds gets its whole TTR again.
+/// Also: re-arms `conn`'s timer (TTR, DEADLINE_SOON margin); no record.
+fn touch(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+    match e.owned(conn, id) {
+        Some(slot) => {
+            let deadline = e.jobs[slot].deadline;
+            e.conn_mut(conn).reserved.remove(&(deadline, slot));
+            e.start_ttr(conn, slot);
+            Response::Touched
+        }
+        None => Response::NotFound,
+    }
+}
+
+/// `watch <tube>`: `conn`'s reserves also look there.
+/// Also: the tube's `current-watching` (made if missing).
+fn watch(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
+    let t = e.tubes.find_or_make(&name);
+    let c = e.conns.get_mut(&conn).expect("known connection");
+    if !c.watch.contains(&t) {
+        c.watch.push(t);
+        e.tubes[t].watching += 1;
+    }
+    Response::Watching(c.watch.len() as u32)
+}
+
+/// `ignore <tube>`: NOT_IGNORED for the last tube `conn` watches.
+/// Also: the tube's `current-watching`; the tube may be dropped.
+fn ignore(e: &mut Engine, conn: ConnId, name: &TubeName) -> Response {
+    let tube = e.tubes.find(name);
+    let c = e.conns.get_mut(&conn).expect("known connection");
+    if let Some(at) = c.watch.iter().position(|&t| Some(t) == tube) {
+        if c.watch.len() < 2 {
+            return Response::NotIgnored;
+        }
+        let t = c.watch.swap_remove(at);
+        let watching = c.watch.len() as u32;
+        e.tubes[t].watching -= 1;
+        e.drop_tube_ref(t);
+        return Response::Watching(watching);
+    }
+    Response::Watching(c.watch.len() as u32)
+}
+
+/// `peek <id>`, in any tube and state. Reads only.
+fn peek(e: &Engine, id: JobId) -> Response {
+    e.found(e.jobs.find(id))
+}
+
+/// `peek-ready`: the next job a reserve would take from the tube `conn`
+/// uses (paused or not). Reads only.
+fn peek_ready(e: &Engine, conn: ConnId) -> Response {
+    e.found(e.tubes[e.used(conn)].ready.peek().map(|entry| entry.slot))
+}
+
+/// `peek-delayed`: the used tube's soonest delayed job. Reads only.
+fn peek_delayed(e: &Engine, conn: ConnId) -> Response {
+    e.found(e.tubes[e.used(conn)].delayed.peek().map(|entry| entry.slot))
+}
+
+/// `peek-buried`: the used tube's oldest buried job. Reads only.
+fn peek_buried(e: &Engine, conn: ConnId) -> Response {
+    e.found(e.tubes[e.used(conn)].buried.first().map(|&(_, slot)| slot))
+}
+
+/// `kick <bound>` on the tube `conn` uses; see [`Engine::kick`].
+fn kick(e: &mut Engine, conn: ConnId, bound: u32) -> Response {
+    Response::KickedCount(e.kick(e.used(conn), bound))
+}
+
+impl Engine {
+    /// `kick <bound>` on tube `t` (also the admin API's): buried jobs if
+    /// there are any (oldest first), else delayed jobs (soonest first).
+    /// Also: stops at the first job the store has no room to record;
+    /// kicked jobs go to the tube's waiters; `kicks`; update records.
+    pub(super) fn kick(&mut self, t: u32, bound: u32) -> u32 {
+        let from_buried = !self.tubes[t].buried.is_empty();
+        let mut kicked = 0;
+        while kicked < bound {
+            let tube = &self.tubes[t];
+            let next = if from_buried {
+                tube.buried.first().map(|&(_, slot)| slot)
+            } else {
+                tube.delayed.peek().map(|e| e.slot)
+            };
+            let Some(slot) = next else { break };
+            if !self.room_to_update(slot) {
+                break;
+            }
+            self.kick_job(slot);
+            kicked += 1;
+        }
+        kicked
+    }
+
+    /// A buried or delayed job becomes ready (`kick`, `kick-job`, the
+    /// admin API's kicks).
+    pub(super) fn kick_job(&mut self, slot: u32) {
+        self.take_out(slot);
+        self.jobs[slot].kicks += 1;
+        self.make_ready(slot);
+        self.record(slot, false);
+    }
+}
+
+/// `kick-job <id>`: a buried or delayed job, in any tube.
+/// Also: OUT_OF_MEMORY, changing nothing, without room to record it; see
+/// [`Engine::kick_job`].
+fn kick_job(e: &mut Engine, id: JobId) -> Response {
+    match e.jobs.find(id) {
+        Some(slot) if matches!(e.jobs[slot].state(), State::Buried | State::Delayed) => {
+            if !e.room_to_update(slot) {
+                return Response::OutOfMemory;
+            }
+            e.kick_job(slot);
+            Response::Kicked
+        }
+        _ => Response::NotFound,
+    }
+}
+
+/// `stats-job <id>`: the document is `stats.rs`'s. Reads only.
+fn stats_job(e: &Engine, id: JobId) -> Response {
+    match e.jobs.find(id) {
+        Some(slot) => {
+            let job = &e.jobs[slot];
+            let file = e.file_of(slot);
+            Response::Ok(stats::job(job, &e.tubes[job.tube].name, file, e.now))
+        }
+        None => Response::NotFound,
+    }
+}
+
+/// `stats-tube <tube>`: the document is `stats.rs`'s. Reads only.
+fn stats_tube(e: &Engine, name: &TubeName) -> Response {
+    match e.tubes.find(name) {
+        Some(t) => Response::Ok(stats::tube(&e.tubes[t], e.now)),
+        None => Response::NotFound,
+    }
+}
+
+impl Engine {
+    /// The `stats` document (also `/metrics`' source, through `browse.rs`).
+    /// Reads only.
+    pub(super) fn stats_document(&self) -> Bytes {
+        stats::server(
+            &self.stats,
+            &stats::Server {
+                config: &self.config,
+                host: &self.host,
+                tubes: self.tubes.list().len(),
+                uptime: self.now - self.started,
+                draining: self.draining,
+            },
+        )
+    }
+}
+
+/// `list-tubes`: every tube, in beanstalkd's order. Reads only.
+fn list_tubes(e: &Engine) -> Response {
+    Response::Ok(stats::tube_list(
+        e.tubes.list().iter().map(|&t| &e.tubes[t].name),
+    ))
+}
+
+/// `list-tube-used`. Reads only.
+fn list_tube_used(e: &Engine, conn: ConnId) -> Response {
+    Response::Using(e.tubes[e.used(conn)].name.clone())
+}
+
+/// `list-tubes-watched`, in the order `conn` watched them. Reads only.
+fn list_tubes_watched(e: &Engine, conn: ConnId) -> Response {
+    Response::Ok(stats::tube_list(
+        e.conns[&conn].watch.iter().map(|&t| &e.tubes[t].name),
+    ))
+}
+
+/// `pause-tube <tube> <delay>`; see [`Engine::pause`].
+fn pause_tube(e: &mut Engine, name: &TubeName, delay: Duration) -> Response {
+    match e.tubes.find(name) {
+        Some(t) => {
+            e.pause(t, delay);
+            Response::Paused
+        }
+        None => Response::NotFound,
+    }
+}
+
+impl Engine {
+    /// Pauses tube `t` for `delay` (at least 1 µs, as beanstalkd does):
+    /// `pause-tube`, and the admin API's pause.
+    /// Also: `reserve` skips the tube and its waiters wait (`serve_waiters`
+    /// checks); the pause ends in `Engine::tick`'s `Unpause` arm, which
+    /// serves them; a tube dropped meanwhile disarms it (`drop_tube_ref`);
+    /// the tube's `pause`, `pause-time-left` and `cmd-pause-tube`; no
+    /// record (a pause does not survive a restart, as in beanstalkd).
+    pub(super) fn pause(&mut self, t: u32, delay: Duration) {
+        let pause = micros(delay).max(1);
+        let tube = &mut self.tubes[t];
+        tube.pause = pause;
+        tube.unpause_at = self.now.saturating_add(pause);
+        tube.pauses += 1;
+        self.timers.set(TimerKey::Unpause(t), Some(tube.unpause_at));
+    }
+}

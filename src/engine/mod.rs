@@ -1,21 +1,21 @@
 //! The job state machine: every command's effect on jobs, tubes and
 //! connections, with beanstalkd 1.13's semantics.
 //!
-//! Pure and synchronous: no sockets, no tasks, no clock reads. The caller
-//! passes the current [`Time`] in, holds the engine under one short lock,
+//! Pure and synchronous: no sockets, no tasks, no clock reads (the
+//! [`Clock`] the server reads is in `clock.rs`). The caller passes the
+//! current [`Time`] in, holds the engine under one short lock,
 //! and after each call drains [`Engine::take_wakeups`] to answer connections
 //! blocked in `reserve` (their answer comes later, from another connection's
 //! command or from [`Engine::tick`]).
 //!
 //! Timers: [`Engine::next_deadline`] is the earliest moment anything is due
 //! (a delayed job, a TTR, a DEADLINE_SOON margin, a pause, a reserve
-//! timeout); one timer task sleeps until then and calls [`Engine::tick`].
+//! timeout); the server's timer thread sleeps until then and calls
+//! [`Engine::tick`].
 //!
 //! Each beanstalk command is one function in `commands.rs`, picked by its
 //! `dispatch`; this file holds the engine's state, its calls for the
 //! server, and the state transitions every command shares.
-
-use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URGENT_THRESHOLD};
@@ -24,6 +24,7 @@ mod admin;
 #[cfg(test)]
 mod admin_tests;
 mod browse;
+mod clock;
 mod commands;
 mod conn;
 mod heap;
@@ -41,6 +42,8 @@ mod tube;
 
 pub use admin::AdminError;
 pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
+use clock::{micros, seconds, MICROS_PER_SECOND};
+pub use clock::{Clock, Time};
 use conn::Conn;
 use heap::{ByDeadline, ByPriority};
 pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
@@ -54,52 +57,8 @@ use table::JobTable;
 use timers::{TimerKey, Timers};
 use tube::Tubes;
 
-/// Microseconds since the Unix epoch, as read at startup and then advanced
-/// by the monotonic clock (see [`Clock`]). Being wall-clock based, a stored
-/// deadline means the same moment after a restart; being monotonic while
-/// the server runs, a clock step never fires a job early or late.
-pub type Time = u64;
-
 /// A connection, as the engine knows it.
 pub type ConnId = u64;
-
-/// Reads [`Time`] and maps it back to `Instant`s for sleeping.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    epoch: std::time::Instant,
-    /// [`Time`] at `epoch`.
-    base: Time,
-}
-
-impl Clock {
-    pub fn new() -> Clock {
-        let since_unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        Clock {
-            epoch: std::time::Instant::now(),
-            base: micros(since_unix),
-        }
-    }
-
-    pub fn now(&self) -> Time {
-        self.base + micros(self.epoch.elapsed())
-    }
-
-    /// The `Instant` at which `t` falls, for sleeping until it (capped at
-    /// decades away: a delay of 2^32-1 s is beyond what `Instant` can add).
-    pub fn instant(&self, t: Time) -> std::time::Instant {
-        const FAR: Duration = Duration::from_secs(30 * 365 * 86_400);
-        let after = Duration::from_micros(t.saturating_sub(self.base)).min(FAR);
-        self.epoch + after
-    }
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
-    }
-}
 
 /// Facts about the server that `stats` reports but the engine does not own.
 #[derive(Clone, Debug)]
@@ -155,17 +114,6 @@ pub struct Engine {
     /// latest record went to (empty without a journal).
     file: u32,
     files: Vec<u32>,
-}
-
-const MICROS_PER_SECOND: Time = 1_000_000;
-
-fn micros(d: Duration) -> Time {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-/// Whole seconds of `d`, as beanstalkd stores delays and TTRs.
-fn seconds(d: Duration) -> u32 {
-    u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
 }
 
 impl Engine {

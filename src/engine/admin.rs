@@ -140,7 +140,7 @@ impl Engine {
                 State::Buried => self.bury_at(slot, seq),
                 State::Reserved => unreachable!("refused above"),
             }
-            self.record(slot, false);
+            self.record_update(slot);
             done += 1;
         }
         self.drop_tube_ref(source);

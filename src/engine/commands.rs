@@ -113,7 +113,7 @@ impl Engine {
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
         self.enqueue(slot, micros(delay));
-        self.record(slot, true);
+        self.record_put(slot);
         Response::Inserted(id)
     }
 }
@@ -228,7 +228,7 @@ fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -
             job.delay = seconds(delay);
             job.releases += 1;
             e.enqueue(slot, micros(delay));
-            e.record(slot, false);
+            e.record_update(slot);
             Response::Released
         }
         None => Response::NotFound,
@@ -247,7 +247,7 @@ fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
             e.unreserve(conn, slot);
             e.jobs[slot].pri = pri;
             e.make_buried(slot);
-            e.record(slot, false);
+            e.record_update(slot);
             Response::Buried
         }
         None => Response::NotFound,
@@ -355,7 +355,7 @@ impl Engine {
         self.take_out(slot);
         self.jobs[slot].kicks += 1;
         self.make_ready(slot);
-        self.record(slot, false);
+        self.record_update(slot);
     }
 }
 

@@ -516,29 +516,40 @@ impl Engine {
         self.arm_conn(conn);
     }
 
-    /// Journals job `slot`'s image (a no-op unless journaling is on).
-    fn record(&mut self, slot: u32, new: bool) {
+    /// Journals a new job `slot`: its put (a no-op unless journaling is on).
+    fn record_put(&mut self, slot: u32) {
         if !self.config.journal {
             return;
         }
         let job = &self.jobs[slot];
         let tube = &self.tubes[job.tube].name;
         let image = JobImage::of(job, tube);
-        self.room.charge(if new {
-            Change::Put {
-                body: job.body.len(),
-                tube: tube.as_bytes().len(),
-            }
-        } else {
-            Change::Update {
-                tube: tube.as_bytes().len(),
-            }
+        self.room.charge(Change::Put {
+            body: job.body.len(),
+            tube: tube.as_bytes().len(),
         });
-        self.journal.push(if new {
-            Record::Put(image)
-        } else {
-            Record::Update(image)
+        self.journal.push(Record::Put(image));
+        self.written_to_file(slot);
+    }
+
+    /// Journals job `slot`'s new state: an update, its whole image again (a
+    /// no-op unless journaling is on).
+    fn record_update(&mut self, slot: u32) {
+        if !self.config.journal {
+            return;
+        }
+        let job = &self.jobs[slot];
+        let tube = &self.tubes[job.tube].name;
+        let image = JobImage::of(job, tube);
+        self.room.charge(Change::Update {
+            tube: tube.as_bytes().len(),
         });
+        self.journal.push(Record::Update(image));
+        self.written_to_file(slot);
+    }
+
+    /// Job `slot`'s latest record goes to the current journal file.
+    fn written_to_file(&mut self, slot: u32) {
         let slot = slot as usize;
         if self.files.len() <= slot {
             self.files.resize(slot + 1, 0);
@@ -649,7 +660,7 @@ impl Engine {
                 let record = self.room_to_update(slot);
                 self.make_ready(slot);
                 if record {
-                    self.record(slot, false);
+                    self.record_update(slot);
                 }
             }
         }

@@ -187,8 +187,12 @@ impl NatsCluster {
                 ));
             }
             let port = node.monitor_port;
-            let healthy =
-                http_get(port, "/healthz?js-enabled-only=true").is_some_and(|(s, _)| s == 200);
+            // js-enabled-only: JetStream runs; the plain check adds that the
+            // node is current with the meta leader (before that, the first
+            // API request may time out).
+            let healthy = http_get(port, "/healthz?js-enabled-only=true")
+                .is_some_and(|(s, _)| s == 200)
+                && http_get(port, "/healthz").is_some_and(|(s, _)| s == 200);
             let has_meta_leader = self.nodes.len() == 1
                 || http_get(port, "/jsz")
                     .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())

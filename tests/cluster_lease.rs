@@ -89,7 +89,12 @@ fn one_holder_at_a_time() {
         assert_eq!(current.addr, "127.0.0.1:1");
         assert_eq!(current.revision, held.revision());
 
-        // Renewed on schedule, it stays held for twice the TTL and more.
+        // Renewed on schedule, it stays held for twice the TTL and more,
+        // also against a standby polling all along.
+        let standby = {
+            let lease = nodes[(winner + 1) % nodes.len()].clone();
+            tokio::spawn(async move { lease.acquire("standby", "x").await })
+        };
         let until = Instant::now() + 2 * Timing::default().ttl;
         while Instant::now() < until {
             tokio::time::sleep_until(Instant::now() + held.timing().renew_every).await;
@@ -107,6 +112,8 @@ fn one_holder_at_a_time() {
             nodes[0].current().await.unwrap().unwrap().revision,
             held.revision()
         );
+        assert!(!standby.is_finished(), "a standby took a renewed lease");
+        standby.abort();
 
         // Released, it is free at once.
         held.release().await.unwrap();
@@ -134,18 +141,23 @@ fn a_standby_takes_over_when_renewals_stop() {
         let mut gaps = Vec::new();
         for _round in 0..6 {
             let standby = 1 - leader;
-            held.renew().await.unwrap();
-            let last_renewal = Instant::now();
-            held.renew().await.unwrap();
-            // The old leader stops renewing (it hangs or dies); the standby
-            // polls as it always does.
+            // The standby polls all along, as it always does; the leader
+            // renews on schedule a few times, then stops (it hangs or dies).
             let name = format!("n{standby}");
-            let took = tokio::time::timeout(
-                Duration::from_secs(10),
-                nodes[standby].acquire(&name, &format!("a{standby}")),
-            )
-            .await
-            .expect("the standby takes the lease within 10 s");
+            let waiting = {
+                let (lease, name) = (nodes[standby].clone(), name.clone());
+                tokio::spawn(async move { lease.acquire(&name, &format!("a{standby}")).await })
+            };
+            let mut last_renewal = Instant::now();
+            for _ in 0..3 {
+                tokio::time::sleep(held.timing().renew_every).await;
+                last_renewal = Instant::now();
+                held.renew().await.unwrap();
+            }
+            let took = tokio::time::timeout(Duration::from_secs(10), waiting)
+                .await
+                .expect("the standby takes the lease within 10 s")
+                .unwrap();
             let gap = last_renewal.elapsed();
             assert!(
                 gap + Duration::from_millis(20) >= ttl,

@@ -29,7 +29,7 @@ pub type Letter = (Response, Seq);
 pub type Mailbox = mpsc::UnboundedReceiver<Letter>;
 
 pub struct Shared {
-    state: Mutex<State>,
+    state: Mutex<LockedState>,
     pub clock: Clock,
     pub store: Box<dyn Store>,
     /// Wakes the timer thread early.
@@ -38,7 +38,9 @@ pub struct Shared {
     alarm_at: AtomicU64,
 }
 
-pub struct State {
+/// What [`Shared::lock`] guards: the engine, and the mailboxes its late
+/// answers go to.
+pub struct LockedState {
     pub engine: Engine,
     mailboxes: HashMap<ConnId, mpsc::UnboundedSender<Letter>>,
     /// The latest store submission.
@@ -48,7 +50,7 @@ pub struct State {
 impl Shared {
     pub fn new(engine: Engine, clock: Clock, store: Box<dyn Store>) -> Shared {
         Shared {
-            state: Mutex::new(State {
+            state: Mutex::new(LockedState {
                 engine,
                 mailboxes: HashMap::new(),
                 last_seq: 0,
@@ -95,7 +97,7 @@ impl Shared {
 
 /// The engine, locked. See the module docs for what dropping it does.
 pub struct Locked<'a> {
-    guard: MutexGuard<'a, State>,
+    guard: MutexGuard<'a, LockedState>,
     shared: &'a Shared,
 }
 
@@ -118,14 +120,14 @@ impl Locked<'_> {
 }
 
 impl Deref for Locked<'_> {
-    type Target = State;
-    fn deref(&self) -> &State {
+    type Target = LockedState;
+    fn deref(&self) -> &LockedState {
         &self.guard
     }
 }
 
 impl DerefMut for Locked<'_> {
-    fn deref_mut(&mut self) -> &mut State {
+    fn deref_mut(&mut self) -> &mut LockedState {
         &mut self.guard
     }
 }

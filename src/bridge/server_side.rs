@@ -22,7 +22,7 @@ use crate::server::LocalConnector;
 pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-pub type Conn = Client<Box<dyn Stream>>;
+pub type ServerConn = Client<Box<dyn Stream>>;
 
 /// How the bridge reaches the server.
 #[derive(Clone)]
@@ -32,7 +32,7 @@ pub enum Connector {
 }
 
 impl Connector {
-    async fn connect(&self) -> client::Result<Conn> {
+    async fn connect(&self) -> client::Result<ServerConn> {
         match self {
             Connector::Tcp(addr) => {
                 let stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
@@ -55,7 +55,7 @@ pub enum Flavour {
 
 impl Flavour {
     /// Asks the server, without side effects.
-    pub async fn detect(conn: &mut Conn) -> client::Result<Flavour> {
+    pub async fn detect(conn: &mut ServerConn) -> client::Result<Flavour> {
         let probe = format!("bridge-probe.{}", std::process::id());
         let probe = format!("{probe}.{}", "-".repeat(150 - probe.len()));
         match conn.pause_tube(&probe, Duration::from_millis(500)).await {
@@ -84,7 +84,7 @@ pub struct Session {
     uses: String,
     /// The tube `reserve` takes from, if any (`default` is then ignored).
     watches: Option<String>,
-    conn: Option<Conn>,
+    conn: Option<ServerConn>,
     /// Told whenever a lost connection is replaced (a server restarted
     /// without `-b` may have lost timers: reconcile and verify).
     reconnected: Triggers,
@@ -111,7 +111,7 @@ impl Session {
 
     /// The connection, (re)connecting first if needed; retries until the
     /// server answers.
-    pub async fn conn(&mut self) -> &mut Conn {
+    pub async fn conn(&mut self) -> &mut ServerConn {
         let conn = match self.conn.take() {
             Some(conn) => conn,
             None => self.reconnect().await,
@@ -119,7 +119,7 @@ impl Session {
         self.conn.insert(conn)
     }
 
-    async fn reconnect(&mut self) -> Conn {
+    async fn reconnect(&mut self) -> ServerConn {
         let mut backoff = BACKOFF_MIN;
         let mut lost = false;
         loop {
@@ -142,7 +142,7 @@ impl Session {
         }
     }
 
-    async fn open(&mut self) -> client::Result<Conn> {
+    async fn open(&mut self) -> client::Result<ServerConn> {
         let mut conn = self.connector.connect().await?;
         conn.use_tube(&self.uses).await?;
         if let Some(tube) = &self.watches {

@@ -401,7 +401,7 @@ impl Engine {
     pub(super) fn stats_document(&self) -> Bytes {
         stats::server(
             &self.stats,
-            &stats::Server {
+            &stats::ServerFacts {
                 config: &self.config,
                 host: &self.host,
                 tubes: self.tubes.list().len(),

@@ -92,7 +92,7 @@ impl SyncTimes {
 }
 
 /// What `stats` reports besides the counters.
-pub(super) struct Server<'a> {
+pub(super) struct ServerFacts<'a> {
     pub(super) config: &'a Config,
     pub(super) host: &'a Host,
     pub(super) tubes: usize,
@@ -101,7 +101,7 @@ pub(super) struct Server<'a> {
 }
 
 /// The `stats` document.
-pub(super) fn server(s: &Stats, server: &Server<'_>) -> Bytes {
+pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     let ((user_s, user_us), (sys_s, sys_us)) = host::rusage();
     let mut out = String::with_capacity(1024);
     out.push_str("---\n");

@@ -1,7 +1,8 @@
 //! The leadership lease against real nats-server processes: one holder at a
 //! time, a standby takes over once renewals stop (and not before the TTL),
-//! the old holder's late renewal is refused, and a holder gives up on its
-//! own clock, also when NATS does not answer.
+//! the old holder's late renewal is refused, a holder gives up on its own
+//! clock, also when NATS does not answer, and the lease moves on soon after
+//! NATS re-elects the leader of its bucket.
 
 mod common;
 
@@ -245,4 +246,61 @@ fn a_holder_gives_up_on_its_own_clock() {
         "gave up {late:?} past its deadline"
     );
     assert_eq!(held.standing(), Standing::Deposed);
+}
+
+#[test]
+fn the_lease_moves_on_when_its_nats_leader_is_killed() {
+    let test = "the_lease_moves_on_when_its_nats_leader_is_killed";
+    let Some(mut nats) = NatsCluster::start(3, test) else {
+        return;
+    };
+    let rt = runtime();
+    let ttl = Timing::default().ttl;
+    let (a, b) = rt.block_on(async { (open(&nats, "loss").await, open(&nats, "loss").await) });
+    let mut held = rt.block_on(a.try_acquire("a", "a")).unwrap().unwrap();
+    let keeper = rt.spawn(async move {
+        let deposed = held.keep().await;
+        (Instant::now(), deposed)
+    });
+    let standby = rt.spawn(async move {
+        let held = b.acquire("b", "b").await;
+        (Instant::now(), held)
+    });
+    std::thread::sleep(2 * ttl);
+    assert!(!keeper.is_finished(), "deposed while NATS was healthy");
+    assert!(!standby.is_finished(), "taken while renewed");
+
+    let bucket_leader = nats
+        .wait_stream_leader("KV_sprout-loss-lease", Duration::from_secs(5))
+        .expect("the lease bucket has a leader");
+    let killed = Instant::now();
+    nats.kill9(bucket_leader);
+    let elected = nats.wait_stream_leader("KV_sprout-loss-lease", Duration::from_secs(30));
+    let elected_after = killed.elapsed();
+
+    // The holder cannot renew through NATS's election: it gives up on its
+    // clock, and only then may the standby take over.
+    let (deposed_at, why) = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), keeper).await })
+        .expect("the holder gives up within 30 s")
+        .unwrap();
+    let (taken_at, mut new) = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), standby).await })
+        .expect("the standby takes over within 30 s")
+        .unwrap();
+    assert!(taken_at >= deposed_at, "taken before the holder gave up");
+    // Not held up by requests the election left unanswered.
+    assert!(
+        taken_at - killed <= elected_after + ttl + Duration::from_secs(1),
+        "taken {:?} after the kill, the bucket had a leader after {elected_after:?}",
+        taken_at - killed
+    );
+    println!(
+        "kill -9 of the lease bucket's NATS leader: a new one ({elected:?}) after {} ms, \
+         the holder gave up after {} ms ({why}), the standby took over after {} ms",
+        elected_after.as_millis(),
+        (deposed_at - killed).as_millis(),
+        (taken_at - killed).as_millis(),
+    );
+    rt.block_on(new.renew()).expect("the new holder renews");
 }

@@ -219,7 +219,8 @@ impl Lease {
     /// `poll_every` it reads the key, and takes it when it is absent,
     /// released, or unchanged for a whole TTL on this node's clock
     /// ([`Observed`]); polling because an aged-out key announces nothing a
-    /// watch would see. NATS errors are retried the same way.
+    /// watch would see. NATS errors and silences (TTL/2) are retried the
+    /// same way.
     pub async fn acquire(&self, node: &str, addr: &str) -> Held {
         let value = encode(node, addr);
         let mut observed = Observed::default();
@@ -237,7 +238,10 @@ impl Lease {
                     }
                 }
             };
-            match attempt.await {
+            // A request NATS does not answer (an election) would wait out
+            // the client's 5 s timeout; try again sooner.
+            let attempt = tokio::time::timeout(self.timing.ttl / 2, attempt);
+            match attempt.await.unwrap_or_else(|_| Err("no answer".into())) {
                 Ok(Some(held)) => return held,
                 Ok(None) => {}
                 Err(e) => tracing::warn!("lease: {e}"),

@@ -30,6 +30,7 @@ use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 
 use crate::admin::AdminArgs;
 use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
+use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
 use crate::store::Policy;
 
@@ -124,6 +125,10 @@ pub struct Args {
     /// Print the version and exit.
     #[arg(short = 'v', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,
+
+    /// Cluster mode on NATS JetStream (`--cluster …`).
+    #[command(flatten, next_help_heading = "Cluster")]
+    pub cluster: ClusterArgs,
 
     /// The Redis TTL bridge run inside the server (`--redis-bridge …`).
     #[command(flatten, next_help_heading = "Embedded Redis TTL bridge")]

@@ -101,7 +101,22 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     if let (Some(port), Some(config)) = (&http, &embedded) {
         port.show_bridge(&config.tube, &config.timer_tube, status.clone());
     }
-    let server = match Server::open(listeners, &args) {
+    let cluster = sprout::cluster::Options::from_args(
+        &args.cluster,
+        &args.listen,
+        args.port,
+        args.binlog_dir.is_some(),
+    );
+    let opened = match cluster {
+        Err(e) => return fail("--cluster", std::io::Error::other(e)),
+        Ok(Some(_)) if embedded.is_some() => {
+            let why = "the embedded Redis bridge cannot run in a cluster node yet: run `sprout bridge` against any node";
+            return fail("--redis-bridge", std::io::Error::other(why));
+        }
+        Ok(Some(options)) => Server::open_cluster(listeners, &args, &options).await,
+        Ok(None) => Server::open(listeners, &args),
+    };
+    let server = match opened {
         Ok(server) => server.with_http(http),
         Err(e) => return fail("cannot start", e),
     };

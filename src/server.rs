@@ -18,6 +18,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::Instrument;
 
 use crate::cli::Args;
+use crate::cluster;
 use crate::connection;
 use crate::engine::{BinlogStats, Clock, Config, Engine};
 use crate::http;
@@ -172,6 +173,7 @@ pub struct Server {
     shared: Arc<Shared>,
     max_job_size: u32,
     http: Option<http::Port>,
+    cluster: Option<cluster::Side>,
 }
 
 impl Server {
@@ -180,12 +182,7 @@ impl Server {
     pub fn open(listeners: Vec<Listener>, args: &Args) -> io::Result<Server> {
         let clock = Clock::new();
         let binlog = Arc::new(BinlogStats::default());
-        let config = Config {
-            max_job_size: args.effective_max_job_size(),
-            binlog_max_size: args.binlog_size,
-            journal: args.binlog_dir.is_some(),
-            binlog: binlog.clone(),
-        };
+        let config = engine_config(args, binlog.clone());
         let mut engine = Engine::new(config, clock.now());
         let store: Box<dyn Store> = match &args.binlog_dir {
             None => Box::new(Memory::new()),
@@ -224,6 +221,27 @@ impl Server {
             shared: Arc::new(Shared::new(engine, clock, store)),
             max_job_size: args.effective_max_job_size(),
             http: None,
+            cluster: None,
+        })
+    }
+
+    /// Builds a node of the cluster `options` describe (`--cluster`): it
+    /// follows the cluster's stream, and serves once it leads.
+    pub async fn open_cluster(
+        listeners: Vec<Listener>,
+        args: &Args,
+        options: &cluster::Options,
+    ) -> io::Result<Server> {
+        let config = engine_config(args, Arc::default());
+        let (shared, side) = cluster::start(options, config, Clock::new())
+            .await
+            .map_err(io::Error::other)?;
+        Ok(Server {
+            listeners,
+            shared,
+            max_job_size: side.max_job_size(),
+            http: None,
+            cluster: Some(side),
         })
     }
 
@@ -258,6 +276,11 @@ impl Server {
             shared.store.close();
         })
         .await?;
+        if let Some(side) = &self.cluster {
+            side.stop();
+            // The lease's release, briefly.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         Ok(())
     }
 
@@ -301,8 +324,25 @@ impl Server {
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let span = tracing::info_span!("client", peer = %peer);
-        let serve = connection::serve(stream, self.shared.clone(), self.max_job_size);
-        tokio::spawn(serve.instrument(span));
+        match &self.cluster {
+            Some(side) if !side.leading() => {
+                _ = tokio::spawn(side.clone().pass(stream).instrument(span))
+            }
+            _ => {
+                let serve = connection::serve(stream, self.shared.clone(), self.max_job_size);
+                tokio::spawn(serve.instrument(span));
+            }
+        }
+    }
+}
+
+/// The engine's settings from the command line.
+fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> Config {
+    Config {
+        max_job_size: args.effective_max_job_size(),
+        binlog_max_size: args.binlog_size,
+        journal: args.binlog_dir.is_some(),
+        binlog,
     }
 }
 

@@ -1,9 +1,151 @@
-//! Cluster mode: sprout nodes sharing one replicated job state on NATS
-//! JetStream (issue 13).
+//! Cluster mode (`--cluster`): sprout nodes sharing one replicated job
+//! state on NATS JetStream, so losing a machine loses neither the service
+//! nor an acknowledged job.
+//!
+//! The leader's group commits go to a JetStream stream instead of the
+//! local journal and sled (the same seam, `store/mod.rs`): a reply waits
+//! until a quorum of NATS servers holds its batch. Standbys follow the
+//! stream into their own engine, take over when the leader's lease runs
+//! out, and pass their clients through to the leader meanwhile.
+//!
+//! How, module by module:
+//! - `config.rs`: the flags;
+//! - `version.rs`: refuse NATS servers too old for these guarantees;
+//! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
+//! - `meta.rs`: who leads, the epoch, the id ceiling;
+//! - `publish.rs`: a group commit as one fenced atomic batch;
+//! - `writer.rs`: the leader's store;
+//! - `follow.rs`: the stream applied to pages and the engine replica;
+//! - `lease.rs`: leadership as a short-lived key in a KV bucket;
+//! - `node.rs`: a node's life: follow, claim, lead, stop;
+//! - `relay.rs`: a standby's client connections passed to the leader.
 
-/// Leadership: who may write, held as a short-lived key in a KV bucket.
+pub mod config;
+mod follow;
 pub mod lease;
-/// A standby passes its clients' connections through to the leader.
+mod meta;
+pub mod node;
+mod publish;
 pub mod relay;
-/// The oldest nats-server whose guarantees the cluster relies on.
+mod stream;
+mod subjects;
 pub mod version;
+pub mod writer;
+
+pub use config::{ClusterArgs, Options};
+
+/// What a node is doing now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Following; clients are passed to the leader, when one is known.
+    Standby {
+        leader: Option<String>,
+    },
+    Leader,
+}
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{watch, Notify};
+
+use crate::engine::{Clock, Config, Engine};
+use crate::shared::Shared;
+
+/// How long a client that connects while no node leads waits for one.
+const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
+
+/// The server's side of cluster mode: where each client goes, and the
+/// graceful stop.
+#[derive(Clone)]
+pub struct Side {
+    role: watch::Receiver<Role>,
+    closed: Arc<Notify>,
+    shared: Arc<Shared>,
+    max_job_size: u32,
+}
+
+/// Connects to the cluster and starts following it: the engine begins
+/// empty and fills from the stream. A node that must stop serving (deposed,
+/// or its stream refuses a batch) exits the process: fail-stop.
+pub async fn start(
+    options: &Options,
+    config: Config,
+    clock: Clock,
+) -> Result<(Arc<Shared>, Side), String> {
+    let node = node::connect(options).await?;
+    let max_job_size = config.max_job_size.min(node.max_job_size());
+    if max_job_size < config.max_job_size {
+        tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");
+    }
+    let config = Config {
+        max_job_size,
+        journal: true,
+        ..config
+    };
+    let engine = Engine::new(config, clock.now());
+    let store = writer::ClusterStore::new();
+    let shared = Arc::new(Shared::new(engine, clock, Box::new(store.clone())));
+    let (role_tx, role) = watch::channel(Role::Standby { leader: None });
+    let closed = Arc::new(Notify::new());
+    let run = node::run(node, shared.clone(), store, role_tx, closed.clone());
+    tokio::spawn(async move {
+        if let Err(why) = run.await {
+            tracing::error!("cluster: {why}; stopping");
+            std::process::exit(1);
+        }
+    });
+    Ok((
+        shared.clone(),
+        Side {
+            role,
+            closed,
+            shared,
+            max_job_size,
+        },
+    ))
+}
+
+impl Side {
+    /// The largest job body, as lowered for the cluster.
+    pub fn max_job_size(&self) -> u32 {
+        self.max_job_size
+    }
+
+    /// Whether this node serves its clients itself.
+    pub fn leading(&self) -> bool {
+        *self.role.borrow() == Role::Leader
+    }
+
+    /// Serves a client a standby accepted: passed through to the leader
+    /// (waiting for one to be known), or served here if this node has come
+    /// to lead meanwhile.
+    pub async fn pass<S>(mut self, client: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let known = self.role.wait_for(|r| *r != Role::Standby { leader: None });
+        let role = match tokio::time::timeout(WAIT_FOR_LEADER, known).await {
+            Ok(Ok(role)) => role.clone(),
+            _ => return,
+        };
+        match role {
+            Role::Leader => {
+                crate::connection::serve(client, self.shared.clone(), self.max_job_size).await
+            }
+            Role::Standby { leader: Some(addr) } => {
+                if let Err(e) = relay::relay(client, &addr, relay::CONNECT_TIMEOUT).await {
+                    tracing::info!("relay to the leader {addr}: {e}");
+                }
+            }
+            Role::Standby { leader: None } => {}
+        }
+    }
+
+    /// At shutdown, after the store is closed: gives the lease up so a
+    /// standby need not wait it out.
+    pub fn stop(&self) {
+        self.closed.notify_one();
+    }
+}

@@ -407,6 +407,7 @@ impl Engine {
                 tubes: self.tubes.list().len(),
                 uptime: self.now - self.started,
                 draining: self.draining,
+                cluster: self.cluster.as_ref(),
             },
         )
     }

@@ -52,7 +52,7 @@ pub use job::State;
 pub use journal::{JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
 use stats::Stats;
-pub use stats::{BinlogStats, SyncTimes, SYNC_BOUNDS_MICROS};
+pub use stats::{BinlogStats, ClusterStats, SyncTimes, SYNC_BOUNDS_MICROS};
 use table::JobTable;
 use timers::{TimerKey, Timers};
 use tube::Tubes;
@@ -114,6 +114,8 @@ pub struct Engine {
     /// latest record went to (empty without a journal).
     file: u32,
     files: Vec<u32>,
+    /// In cluster mode, this node's part in it (`stats` shows it).
+    cluster: Option<ClusterStats>,
 }
 
 impl Engine {
@@ -138,7 +140,13 @@ impl Engine {
             room: Room::UNLIMITED,
             file: 0,
             files: Vec::new(),
+            cluster: None,
         }
+    }
+
+    /// What `stats` says of this node's cluster (`src/cluster/`).
+    pub fn set_cluster(&mut self, cluster: ClusterStats) {
+        self.cluster = Some(cluster);
     }
 
     /// A new client: it uses and watches `default`.

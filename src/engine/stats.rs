@@ -98,6 +98,20 @@ pub(super) struct ServerFacts<'a> {
     pub(super) tubes: usize,
     pub(super) uptime: Time,
     pub(super) draining: bool,
+    pub(super) cluster: Option<&'a ClusterStats>,
+}
+
+/// A cluster node's lines in `stats`, after beanstalkd's own keys.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterStats {
+    pub name: String,
+    pub node: String,
+    /// `leader` or `standby`.
+    pub role: &'static str,
+    /// The leader's beanstalk address, as far as this node knows.
+    pub leader: String,
+    /// Counts takeovers: each leader's is one more.
+    pub epoch: u64,
 }
 
 /// The `stats` document.
@@ -165,6 +179,13 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     line("hostname", &Quoted(&server.host.hostname));
     line("os", &Quoted(&server.host.os));
     line("platform", &Quoted(&server.host.platform));
+    if let Some(c) = server.cluster {
+        line("cluster-name", &Quoted(&c.name));
+        line("cluster-node", &Quoted(&c.node));
+        line("cluster-role", &c.role);
+        line("cluster-leader", &Quoted(&c.leader));
+        line("cluster-epoch", &c.epoch);
+    }
     finish(out)
 }
 

@@ -331,7 +331,7 @@ impl Absorber {
             Err(e) => Err(io::Error::from(e)),
         };
         let records = frames.iter().flat_map(|(_, records)| records);
-        let packed = pack::pack(&mut self.state.log, records, old_page)?;
+        let packed = pack::pack(&mut self.state.log, records, usize::MAX, old_page)?;
         let mut batch = ::sled::Batch::default();
         for slot in packed.freed {
             batch.remove(&page::page_key(slot));

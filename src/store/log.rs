@@ -183,6 +183,36 @@ impl Log {
         (seq, slot)
     }
 
+    /// A standby's log follows the leader's pages (`cluster/follow.rs`):
+    /// page `seq`, `bytes` long, is now stored in `slot`. Its entries are
+    /// then placed or forgotten as they come.
+    pub fn follow_page(&mut self, seq: u64, slot: Slot, bytes: usize) {
+        if let Some(old) = self.pages.insert(
+            seq,
+            Page {
+                slot,
+                bytes: bytes as u64,
+            },
+        ) {
+            self.stored_bytes -= old.bytes;
+        }
+        self.stored_bytes += bytes as u64;
+        self.next_seq = self.next_seq.max(seq + 1);
+    }
+
+    /// Page `seq` is gone from the leader's store (its slot was freed or
+    /// given to a newer page).
+    pub fn unfollow_page(&mut self, seq: u64) {
+        if let Some(old) = self.pages.remove(&seq) {
+            self.stored_bytes -= old.bytes;
+        }
+    }
+
+    /// Once a standby leads: every slot no page holds is free to hand out.
+    pub fn reslot(&mut self) {
+        self.slots = Slots::recovered(self.pages.values().map(|p| p.slot));
+    }
+
     /// Whether the log holds more dead bytes than it should.
     pub fn over_bound(&self) -> bool {
         self.stored_bytes > 2 * self.live_bytes + SLACK

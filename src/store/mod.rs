@@ -55,6 +55,15 @@ mod room;
 mod segment;
 mod slots;
 
+// What cluster mode (`src/cluster/`) shares with the durable store: the
+// page log, kept in a stream instead of sled.
+pub(crate) use entry::Kind as EntryKind;
+pub(crate) use log::Log;
+pub(crate) use pack::pack;
+pub(crate) use page::read as page_entries;
+pub(crate) use record::{decode_job, Corrupt};
+pub(crate) use slots::Slot;
+
 /// A submission's place in the store's order. 0 means "nothing to wait for".
 pub type Seq = u64;
 
@@ -153,6 +162,45 @@ pub trait Store: Send + Sync {
 
     /// Writes and makes durable everything submitted (at shutdown).
     fn close(&self);
+}
+
+/// A store shared with the task that writes it (cluster mode's writer).
+impl<T: Store + ?Sized> Store for Arc<T> {
+    fn submit(&self, records: Vec<Record>) -> Seq {
+        (**self).submit(records)
+    }
+
+    fn progress(&self) -> watch::Receiver<Progress> {
+        (**self).progress()
+    }
+
+    fn replies_wait_for_sync(&self) -> bool {
+        (**self).replies_wait_for_sync()
+    }
+
+    fn write_out(&self) -> bool {
+        (**self).write_out()
+    }
+
+    fn request_sync(&self) {
+        (**self).request_sync()
+    }
+
+    fn room(&self) -> Room {
+        (**self).room()
+    }
+
+    fn file(&self) -> u32 {
+        (**self).file()
+    }
+
+    fn healthy(&self) -> bool {
+        (**self).healthy()
+    }
+
+    fn close(&self) {
+        (**self).close()
+    }
 }
 
 /// How many commands' records may wait to be taken into the store of

@@ -33,12 +33,15 @@ pub struct Packed {
     pub moved: u64,
 }
 
-/// Packs `records` (in order) into pages in `log`, cleaning its oldest
-/// pages while it is over its bound. `old_page` reads a stored page by
-/// slot; `None` means it cannot be had now, and cleaning stops there.
+/// Packs `records` (in order) into pages in `log`, cleaning at most
+/// `clean_pages` of its oldest pages while it is over its bound (a
+/// cluster's batch holds a bounded number of messages). `old_page` reads a
+/// stored page by slot; `None` means it cannot be had now, and cleaning
+/// stops there.
 pub fn pack<'a>(
     log: &mut Log,
     records: impl IntoIterator<Item = &'a Record>,
+    clean_pages: usize,
     mut old_page: impl FnMut(Slot) -> io::Result<Option<Vec<u8>>>,
 ) -> io::Result<Packed> {
     let mut order = Vec::new();
@@ -71,7 +74,10 @@ pub fn pack<'a>(
         written => log::clean_budget(written as u64),
     };
     let mut cleaned = 0;
-    while let Some((seq, slot)) = log.to_clean(budget, cleaned) {
+    while let Some((seq, slot)) = log
+        .to_clean(budget, cleaned)
+        .filter(|_| packed.freed.len() < clean_pages)
+    {
         let Some(value) = old_page(slot)? else { break };
         let corrupt = |e: Corrupt| io::Error::other(format!("page {seq}: {e}"));
         let (_, entries) = page::read(&value).map_err(corrupt)?;
@@ -133,19 +139,25 @@ mod tests {
         let none = |_: Slot| Ok(None);
         // A job put and deleted in one batch leaves nothing at all.
         let records = [Record::Put(image(1, 10)), Record::Delete(1)];
-        let packed = pack(&mut log, &records, none).unwrap();
+        let packed = pack(&mut log, &records, usize::MAX, none).unwrap();
         assert!(packed.pages.is_empty() && packed.freed.is_empty());
         // 300 jobs of 10 KB, then all but two deleted, batch by batch:
         // the log goes over its bound and cleaning frees old slots.
         for id in 1..=300 {
-            let packed = pack(&mut log, &[Record::Put(image(id, 10_000))], none).unwrap();
+            let packed = pack(
+                &mut log,
+                &[Record::Put(image(id, 10_000))],
+                usize::MAX,
+                none,
+            )
+            .unwrap();
             apply(&mut store, packed);
         }
         let mut freed = 0;
         for id in 3..=300 {
             let copy = store.clone();
             let old = |slot: Slot| Ok(copy.get(&slot).cloned());
-            let packed = pack(&mut log, &[Record::Delete(id)], old).unwrap();
+            let packed = pack(&mut log, &[Record::Delete(id)], usize::MAX, old).unwrap();
             freed += packed.freed.len();
             apply(&mut store, packed);
         }
@@ -157,7 +169,7 @@ mod tests {
             }
             let copy = store.clone();
             let old = |slot: Slot| Ok(copy.get(&slot).cloned());
-            let packed = pack(&mut log, &[], old).unwrap();
+            let packed = pack(&mut log, &[], usize::MAX, old).unwrap();
             freed += packed.freed.len();
             apply(&mut store, packed);
         }
@@ -169,7 +181,7 @@ mod tests {
             "{stored} for {live_bytes}"
         );
         // A store that cannot read an old page now only stops cleaning.
-        let packed = pack(&mut log, &[Record::Put(image(400, 10))], none).unwrap();
+        let packed = pack(&mut log, &[Record::Put(image(400, 10))], usize::MAX, none).unwrap();
         assert!(packed.freed.is_empty());
         apply(&mut store, packed);
         assert_eq!(live(&store), [1, 2, 400]);

@@ -1,0 +1,179 @@
+//! Cluster mode's flags, and the options they make.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::lease::Timing;
+use super::meta::check_node_id;
+use super::subjects::Subjects;
+
+#[derive(Clone, Debug, Args)]
+pub struct ClusterArgs {
+    /// Run as a node of a replicated cluster on these NATS JetStream
+    /// servers (comma-separated nats:// URLs; nats-server 2.12 or newer with
+    /// `sync_interval: always`). Replaces -b.
+    #[arg(long = "cluster", value_name = "URLS")]
+    pub urls: Option<String>,
+
+    /// The cluster this node belongs to: nodes with the same name share one
+    /// job state.
+    #[arg(
+        long = "cluster-name",
+        value_name = "NAME",
+        default_value = "sprout",
+        requires = "urls"
+    )]
+    pub name: String,
+
+    /// This node's name, unique in its cluster.
+    #[arg(long = "node-id", value_name = "ID", requires = "urls")]
+    pub node_id: Option<String>,
+
+    /// Where other nodes reach this node's beanstalk port (HOST:PORT; default:
+    /// the first -l address and -p, which must then be a specific address).
+    #[arg(
+        long = "cluster-advertise",
+        value_name = "HOST:PORT",
+        requires = "urls"
+    )]
+    pub advertise: Option<String>,
+
+    /// Copies of the job state JetStream keeps (at most the number of NATS
+    /// servers; 3 survives the loss of one).
+    #[arg(
+        long = "cluster-replicas",
+        value_name = "N",
+        default_value_t = 3,
+        requires = "urls"
+    )]
+    pub replicas: usize,
+
+    /// How long a leader's lease lasts unrenewed, in milliseconds: a dead
+    /// leader's service comes back on a standby about this long after.
+    #[arg(long = "cluster-lease-ms", value_name = "MS", default_value_t = Timing::DEFAULT_TTL.as_millis() as u64, requires = "urls")]
+    pub lease_ms: u64,
+}
+
+/// A node's cluster settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub urls: String,
+    pub name: String,
+    pub node: String,
+    pub advertise: String,
+    pub replicas: usize,
+    pub lease_ttl: Duration,
+}
+
+impl Options {
+    /// The options `args` ask for (`None` without --cluster), given the
+    /// server's `-l` addresses and `-p`, and whether `-b` was given.
+    pub fn from_args(
+        args: &ClusterArgs,
+        listen: &[String],
+        port: u16,
+        binlog: bool,
+    ) -> Result<Option<Options>, String> {
+        let Some(urls) = &args.urls else {
+            return Ok(None);
+        };
+        if binlog {
+            return Err("--cluster keeps jobs in NATS JetStream: leave out -b".into());
+        }
+        Subjects::new(&args.name)?;
+        let node = args
+            .node_id
+            .clone()
+            .ok_or("--cluster needs --node-id, unique in the cluster")?;
+        check_node_id(&node)?;
+        let advertise = match &args.advertise {
+            Some(addr) => addr.clone(),
+            None => default_advertise(listen, port)?,
+        };
+        if !(1..=5).contains(&args.replicas) {
+            return Err("--cluster-replicas: 1 to 5 (JetStream's limit)".into());
+        }
+        Ok(Some(Options {
+            urls: urls.clone(),
+            name: args.name.clone(),
+            node,
+            advertise,
+            replicas: args.replicas,
+            lease_ttl: Duration::from_millis(args.lease_ms),
+        }))
+    }
+}
+
+/// The first `-l` address with `-p`, unless it names no one host.
+fn default_advertise(listen: &[String], port: u16) -> Result<String, String> {
+    let first = listen.first().map(String::as_str).unwrap_or("127.0.0.1");
+    if first.starts_with("unix:") || first == "0.0.0.0" || first == "::" || first.is_empty() {
+        return Err(format!(
+            "-l {first} is not an address other nodes can reach: give --cluster-advertise HOST:PORT"
+        ));
+    }
+    Ok(if first.contains(':') {
+        format!("[{first}]:{port}")
+    } else {
+        format!("{first}:{port}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(node: Option<&str>, advertise: Option<&str>) -> ClusterArgs {
+        ClusterArgs {
+            urls: Some("nats://127.0.0.1:4222".into()),
+            name: "sprout".into(),
+            node_id: node.map(Into::into),
+            advertise: advertise.map(Into::into),
+            replicas: 3,
+            lease_ms: 1500,
+        }
+    }
+
+    #[test]
+    fn what_the_flags_make() {
+        let l = |a: &str| vec![a.to_string()];
+        let ok = Options::from_args(&args(Some("n1"), None), &l("10.0.0.5"), 11300, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.advertise, "10.0.0.5:11300");
+        let v6 = Options::from_args(&args(Some("n1"), None), &l("::1"), 7, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(v6.advertise, "[::1]:7");
+        let given = Options::from_args(&args(Some("n1"), Some("h:1")), &l("0.0.0.0"), 7, false);
+        assert_eq!(given.unwrap().unwrap().advertise, "h:1");
+        let none = ClusterArgs {
+            urls: None,
+            ..args(None, None)
+        };
+        assert!(Options::from_args(&none, &l("x"), 1, true)
+            .unwrap()
+            .is_none());
+        for (a, listen, binlog, why) in [
+            (
+                args(Some("n1"), None),
+                "0.0.0.0",
+                false,
+                "--cluster-advertise",
+            ),
+            (
+                args(Some("n1"), None),
+                "unix:/tmp/s",
+                false,
+                "--cluster-advertise",
+            ),
+            (args(None, None), "10.0.0.5", false, "--node-id"),
+            (args(Some("a b"), None), "10.0.0.5", false, "--node-id"),
+            (args(Some("n1"), None), "10.0.0.5", true, "-b"),
+        ] {
+            let err = Options::from_args(&a, &l(listen), 1, binlog).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+    }
+}

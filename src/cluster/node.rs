@@ -1,0 +1,297 @@
+//! A cluster node's life: it follows the stream as a hot standby, takes
+//! over when the lease is free, and leads until it is deposed or stopped.
+//!
+//! Taking over: with the lease held, the node reads the stream to its
+//! current end, then claims it: a meta message with the next epoch, fenced
+//! on that end (`Nats-Expected-Last-Sequence`). If anyone wrote after what
+//! it read (a deposed leader's last batch), the claim fails and it reads
+//! on and claims again; once the claim is in, every later write of the old
+//! leader is refused by the stream itself, whatever the clocks say. The
+//! engine replica already holds every job, so serving starts right away.
+//!
+//! A leader that loses the lease, or whose batch the stream refuses, stops
+//! (the process exits: fail-stop); nothing it had not got acknowledged was
+//! answered, and a standby takes over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull::OrderedConfig;
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::{self, stream::Stream};
+use async_nats::Client;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::{watch, Notify};
+
+use super::follow::{Change, Pages};
+use super::lease::{Held, Lease, Standing, Timing};
+use super::meta::Meta;
+use super::publish;
+use super::subjects::Subjects;
+use super::writer::{ClusterStore, Writer};
+use super::{stream, version, Options, Role};
+use crate::engine::ClusterStats;
+use crate::shared::Shared;
+
+/// How long a batch may wait for the stream's answer: longer than NATS's
+/// own elections (5–9 s measured), so replies wait out a lost NATS node.
+const ACK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A node connected to its cluster, before it follows anything.
+pub struct Connected {
+    client: Client,
+    js: jetstream::Context,
+    stream: Stream,
+    lease: Lease,
+    subjects: Subjects,
+    options: Options,
+}
+
+impl Connected {
+    /// The largest job body that fits in one of the server's messages,
+    /// with room for the page around it.
+    pub fn max_job_size(&self) -> u32 {
+        let payload = self.client.server_info().max_payload;
+        payload.saturating_sub(64 << 10).min(u32::MAX as usize) as u32
+    }
+}
+
+/// Connects to NATS and checks the server, the stream and the lease.
+pub async fn connect(options: &Options) -> Result<Connected, String> {
+    let subjects = Subjects::new(&options.name)?;
+    let urls: Vec<&str> = options.urls.split(',').map(str::trim).collect();
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("sprout {}", options.node))
+        .retry_on_initial_connect()
+        .connect(urls.as_slice())
+        .await
+        .map_err(|e| format!("cannot connect to NATS at {}: {e}", options.urls))?;
+    // The INFO arrives with the connection.
+    for _ in 0..100 {
+        if !client.server_info().version.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    version::check(&client)?;
+    let mut js = jetstream::new(client.clone());
+    js.set_timeout(ACK_TIMEOUT);
+    let stream = stream::ensure(&js, &subjects, options.replicas).await?;
+    let timing = Timing::new(options.lease_ttl)?;
+    let lease = Lease::open(&js, &options.name, timing, options.replicas).await?;
+    Ok(Connected {
+        client,
+        js,
+        stream,
+        lease,
+        subjects,
+        options: options.clone(),
+    })
+}
+
+/// Follows, takes over and leads; returns `Ok` once a graceful stop
+/// (`closed`) has released the lease, or why this node must stop serving.
+pub async fn run(
+    node: Connected,
+    shared: Arc<Shared>,
+    store: Arc<ClusterStore>,
+    role: watch::Sender<Role>,
+    closed: Arc<Notify>,
+) -> Result<(), String> {
+    let mut follower = Follower::start(&node, shared.clone(), role.clone()).await?;
+    let poll = node.lease.timing().poll_every;
+    let held = loop {
+        tokio::select! {
+            message = follower.next() => message?,
+            _ = tokio::time::sleep(poll), if follower.caught_up => {
+                match node.lease.try_acquire(&node.options.node, &node.options.advertise).await {
+                    Ok(Some(held)) => break held,
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("{e}"),
+                }
+            }
+        }
+    };
+    let mut held = held;
+    let pages = follower.claim(&node, &mut held).await?;
+    let meta = pages.meta.clone();
+    let mut writer = Writer {
+        store,
+        client: node.client.clone(),
+        js: node.js.clone(),
+        subjects: node.subjects.clone(),
+        pages,
+        meta,
+    };
+    writer.pages.log.reslot();
+    writer.start();
+    tracing::info!(
+        epoch = writer.meta.epoch,
+        "leading cluster {} from stream sequence {}",
+        node.options.name,
+        writer.pages.last_seq
+    );
+    role.send_replace(Role::Leader);
+    tokio::select! {
+        why = writer.run() => Err(why),
+        deposed = held.keep() => Err(deposed.0),
+        _ = closed.notified() => {
+            if let Err(e) = held.release().await {
+                tracing::warn!("{e}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A standby's tail of the stream into its engine replica.
+struct Follower {
+    messages: jetstream::consumer::pull::Ordered,
+    pages: Pages,
+    shared: Arc<Shared>,
+    role: watch::Sender<Role>,
+    own_addr: String,
+    own_node: String,
+    subjects: Subjects,
+    changes: Vec<Change>,
+    /// Nothing more in the stream, as of the last message: only then is
+    /// this node worth a lease (a takeover reads what is left without
+    /// renewing it).
+    caught_up: bool,
+}
+
+impl Follower {
+    async fn start(
+        node: &Connected,
+        shared: Arc<Shared>,
+        role: watch::Sender<Role>,
+    ) -> Result<Follower, String> {
+        let consumer = node
+            .stream
+            .create_consumer(OrderedConfig {
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("cannot read the stream: {e}"))?;
+        let caught_up = node
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| format!("cannot read the stream: {e}"))?
+            .state
+            .messages
+            == 0;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| format!("cannot read the stream: {e}"))?;
+        let follower = Follower {
+            messages,
+            pages: Pages::default(),
+            shared,
+            role,
+            own_addr: node.options.advertise.clone(),
+            own_node: node.options.node.clone(),
+            subjects: node.subjects.clone(),
+            changes: Vec::new(),
+            caught_up,
+        };
+        let standby = follower.stats("standby");
+        follower.shared.lock().engine.set_cluster(standby);
+        Ok(follower)
+    }
+
+    /// Applies the next message of the stream.
+    async fn next(&mut self) -> Result<(), String> {
+        let message = self
+            .messages
+            .next()
+            .await
+            .ok_or("the stream's consumer ended")?
+            .map_err(|e| format!("reading the stream: {e}"))?;
+        let info = message
+            .info()
+            .map_err(|e| format!("a stream message without its sequence: {e}"))?;
+        let seq = info.stream_sequence;
+        self.caught_up = info.pending == 0;
+        let Some(subject) = self.subjects.parse(&message.subject) else {
+            tracing::warn!("ignoring stream message on {}", message.subject);
+            return Ok(());
+        };
+        let payload: Bytes = message.payload.clone();
+        let was = self.pages.meta.addr.clone();
+        self.pages.apply(seq, subject, payload, &mut self.changes)?;
+        if !self.changes.is_empty() {
+            let mut state = self.shared.lock();
+            for change in self.changes.drain(..) {
+                match change {
+                    Change::Job(image) => {
+                        state.engine.forget(image.id);
+                        state.engine.restore(&image);
+                    }
+                    Change::Deleted(id) => state.engine.forget(id),
+                }
+            }
+        }
+        if self.pages.meta.addr != was {
+            let leader = Some(self.pages.meta.addr.clone()).filter(|a| *a != self.own_addr);
+            self.shared.lock().engine.set_cluster(self.stats("standby"));
+            self.role.send_replace(Role::Standby { leader });
+        }
+        Ok(())
+    }
+
+    /// What `stats` shows, as of the last meta message.
+    fn stats(&self, role: &'static str) -> ClusterStats {
+        ClusterStats {
+            name: self.subjects.name().to_string(),
+            node: self.own_node.clone(),
+            role,
+            leader: self.pages.meta.addr.clone(),
+            epoch: self.pages.meta.epoch,
+        }
+    }
+
+    /// Reads the stream to its end and claims it (see the module docs);
+    /// gives the pages up to the new leader's writer.
+    async fn claim(mut self, node: &Connected, held: &mut Held) -> Result<Pages, String> {
+        loop {
+            let end = node
+                .stream
+                .get_info()
+                .await
+                .map_err(|e| format!("cannot read the stream's end: {e}"))?
+                .state
+                .last_sequence;
+            while self.pages.last_seq < end {
+                self.next().await?;
+            }
+            if held.standing() != Standing::Fresh {
+                held.renew().await.map_err(|d| d.0)?;
+            }
+            let claim = Meta {
+                epoch: self.pages.meta.epoch + 1,
+                ids_below: self.pages.meta.ids_below,
+                node: node.options.node.clone(),
+                addr: node.options.advertise.clone(),
+            };
+            let message = [(node.subjects.meta(), Bytes::from(claim.encode()))];
+            let id = format!("e{}claim", claim.epoch);
+            let after = self.pages.last_seq;
+            match publish::batch(&node.client, &node.js, id, &message, after).await {
+                Ok(seq) => {
+                    self.pages.last_seq = seq;
+                    self.pages.meta = claim;
+                    let mut state = self.shared.lock();
+                    state.engine.set_cluster(self.stats("leader"));
+                    state.engine.reserve_ids_below(self.pages.meta.ids_below);
+                    drop(state);
+                    return Ok(self.pages);
+                }
+                Err(e) => tracing::warn!("claim refused, reading on: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! One group commit as one atomic batch on the stream, fenced.
+//!
+//! JetStream's atomic batch (2.12+, `allow_atomic` on the stream): every
+//! message carries `Nats-Batch-Id` and its place (`Nats-Batch-Sequence`,
+//! from 1); the last one also `Nats-Batch-Commit: 1` and is the only one
+//! answered, with the sequence of the batch's last message once a quorum of
+//! the stream's servers holds all of it, or an error and nothing stored.
+//! The first message also carries `Nats-Expected-Last-Sequence`: the batch
+//! is refused unless the stream ends where this leader last wrote, so a
+//! deposed leader (another has claimed since) cannot write at all.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use async_nats::jetstream::context::PublishError;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
+use async_nats::jetstream::Context;
+use async_nats::{Client, HeaderMap};
+use bytes::Bytes;
+
+/// JetStream's limit on the messages of one atomic batch.
+pub const MAX_BATCH: usize = 1000;
+
+/// The headers of message `i` (from 0) of a batch of `n`, chained on the
+/// stream's last sequence `after`.
+pub fn headers(id: &str, i: usize, n: usize, after: u64) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("Nats-Batch-Id", id);
+    h.insert("Nats-Batch-Sequence", (i + 1).to_string().as_str());
+    if i == 0 {
+        h.insert("Nats-Expected-Last-Sequence", after.to_string().as_str());
+    }
+    if i + 1 == n {
+        h.insert("Nats-Batch-Commit", "1");
+    }
+    h
+}
+
+/// A batch on its way: its answer, and the stream sequence it must end at.
+pub struct Sent {
+    ack: Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>,
+    id: String,
+    want: u64,
+}
+
+/// Sends `messages` (at most [`MAX_BATCH`]) as one atomic batch to follow
+/// stream sequence `after`, without waiting for the answer: batches are
+/// chained, so the next may go before this one is acknowledged.
+pub async fn send(
+    client: &Client,
+    js: &Context,
+    id: String,
+    messages: &[(String, Bytes)],
+    after: u64,
+) -> Result<Sent, String> {
+    let n = messages.len();
+    assert!((1..=MAX_BATCH).contains(&n), "a batch of {n} messages");
+    for (i, (subject, payload)) in messages[..n - 1].iter().enumerate() {
+        client
+            .publish_with_headers(subject.clone(), headers(&id, i, n, after), payload.clone())
+            .await
+            .map_err(|e| format!("cannot send batch {id}: {e}"))?;
+    }
+    let (subject, payload) = &messages[n - 1];
+    let commit = PublishMessage::build()
+        .headers(headers(&id, n - 1, n, after))
+        .payload(payload.clone());
+    let ack = js
+        .send_publish(subject.clone(), commit)
+        .await
+        .map_err(|e| format!("cannot send batch {id}: {e}"))?
+        .into_future();
+    Ok(Sent {
+        ack,
+        id,
+        want: after + n as u64,
+    })
+}
+
+impl Sent {
+    /// The stream sequence this batch ends at, once acknowledged.
+    pub fn end(&self) -> u64 {
+        self.want
+    }
+
+    /// Waits for the stream's answer: the batch is stored where it was
+    /// chained, or this is why not.
+    pub async fn settled(&mut self) -> Result<(), String> {
+        let id = &self.id;
+        let ack = (&mut self.ack)
+            .await
+            .map_err(|e| format!("batch {id} refused: {e}"))?;
+        if ack.sequence != self.want {
+            return Err(format!(
+                "batch {id} ended at stream sequence {}, not {}: someone else writes to the stream",
+                ack.sequence, self.want
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sends one batch and waits for it.
+pub async fn batch(
+    client: &Client,
+    js: &Context,
+    id: String,
+    messages: &[(String, Bytes)],
+    after: u64,
+) -> Result<u64, String> {
+    let mut sent = send(client, js, id, messages, after).await?;
+    sent.settled().await?;
+    Ok(sent.end())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(h: &HeaderMap) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = h
+            .iter()
+            .map(|(k, vs)| (k.to_string(), vs[0].to_string()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_first_message_is_fenced_and_the_last_commits() {
+        let h = |i, n| names(&headers("b1", i, n, 41));
+        let s = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert_eq!(
+            h(0, 1),
+            [
+                s("Nats-Batch-Commit", "1"),
+                s("Nats-Batch-Id", "b1"),
+                s("Nats-Batch-Sequence", "1"),
+                s("Nats-Expected-Last-Sequence", "41"),
+            ]
+        );
+        assert_eq!(
+            h(0, 3),
+            [
+                s("Nats-Batch-Id", "b1"),
+                s("Nats-Batch-Sequence", "1"),
+                s("Nats-Expected-Last-Sequence", "41"),
+            ]
+        );
+        assert_eq!(
+            h(1, 3),
+            [s("Nats-Batch-Id", "b1"), s("Nats-Batch-Sequence", "2")]
+        );
+        assert_eq!(
+            h(2, 3),
+            [
+                s("Nats-Batch-Commit", "1"),
+                s("Nats-Batch-Id", "b1"),
+                s("Nats-Batch-Sequence", "3"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,101 @@
+//! The names a cluster uses in JetStream: one stream per cluster name,
+//! holding the store's pages, one subject per slot, and a meta subject.
+//!
+//! Pages go to `sprout.NAME.p.SLOT` with at most one message kept per
+//! subject, so a page that replaces a slot's old page (or the empty message
+//! that frees it) lets JetStream reclaim the old one: the stream stays
+//! bounded by the live pages, as sled's tree does for a single node.
+
+use crate::store::Slot;
+
+/// The subjects and stream of one cluster name.
+#[derive(Clone, Debug)]
+pub struct Subjects {
+    name: String,
+}
+
+/// What a subject of the stream holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Subject {
+    Page(Slot),
+    Meta,
+}
+
+impl Subjects {
+    /// A cluster name is one subject token and part of a stream name:
+    /// letters, digits, `-` and `_`.
+    pub fn new(name: &str) -> Result<Subjects, String> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(format!(
+                "--cluster-name {name:?}: use 1 to 64 letters, digits, '-' or '_'"
+            ));
+        }
+        Ok(Subjects {
+            name: name.to_string(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn stream(&self) -> String {
+        format!("SPROUT_{}", self.name)
+    }
+
+    /// Every subject of the stream.
+    pub fn all(&self) -> String {
+        format!("sprout.{}.>", self.name)
+    }
+
+    pub fn page(&self, slot: Slot) -> String {
+        format!("sprout.{}.p.{slot}", self.name)
+    }
+
+    pub fn meta(&self) -> String {
+        format!("sprout.{}.m", self.name)
+    }
+
+    pub fn parse(&self, subject: &str) -> Option<Subject> {
+        let rest = subject
+            .strip_prefix("sprout.")?
+            .strip_prefix(self.name.as_str())?
+            .strip_prefix('.')?;
+        match rest {
+            "m" => Some(Subject::Meta),
+            _ => rest.strip_prefix("p.")?.parse().ok().map(Subject::Page),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_their_subjects() {
+        for bad in ["", "a.b", "a b", "a*", ">", &"x".repeat(65)] {
+            assert!(Subjects::new(bad).is_err(), "{bad:?}");
+        }
+        let s = Subjects::new("jobs-1").unwrap();
+        assert_eq!(s.stream(), "SPROUT_jobs-1");
+        assert_eq!(s.all(), "sprout.jobs-1.>");
+        let cases = [
+            (s.page(0), Some(Subject::Page(0))),
+            (s.page(4_000_000_000), Some(Subject::Page(4_000_000_000))),
+            (s.meta(), Some(Subject::Meta)),
+            ("sprout.jobs-1.p.x".into(), None),
+            ("sprout.jobs-1.q".into(), None),
+            ("sprout.jobs-2.m".into(), None),
+            ("sprout.jobs-1x.m".into(), None),
+        ];
+        for (subject, want) in cases {
+            assert_eq!(s.parse(&subject), want, "{subject}");
+        }
+    }
+}

@@ -1,0 +1,288 @@
+//! The store in cluster mode: every group commit goes to the stream as an
+//! atomic batch, and a reply waits until the stream has acknowledged it
+//! (a quorum of the NATS servers holds it, synced under
+//! `sync_interval: always`).
+//!
+//! The seam is the single-node store's (`store/mod.rs`): commands queue
+//! their records under the engine lock ([`ClusterStore::submit`]); the
+//! writer task takes everything queued, packs it into pages exactly as the
+//! absorber packs sled's (`store/pack.rs`), and sends the pages, the slots
+//! cleaning freed (empty messages) and a meta message (`meta.rs`) as one
+//! batch. While one batch is on its way the next one gathers, so the
+//! group grows with the load. A batch the stream refuses means this node
+//! no longer leads (or the stream is failing): the node stops at once
+//! (`node.rs`), and nothing it did not get acknowledged was answered.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::Context;
+use async_nats::Client;
+use bytes::Bytes;
+use rustc_hash::FxHashSet;
+use sprout_protocol::JobId;
+use tokio::sync::{watch, Notify};
+
+use super::follow::Pages;
+use super::meta::Meta;
+use super::publish::{self, Sent, MAX_BATCH};
+use super::subjects::Subjects;
+use crate::engine::{Record, Room};
+use crate::store::{pack, Progress, Seq, Store};
+
+/// Records taken into one batch, in bytes: with pages of 4 KiB and
+/// [`CLEAN_PAGES`] cleaned, a batch stays well inside [`MAX_BATCH`]
+/// messages.
+const BATCH_BYTES: usize = 1 << 20;
+/// Oldest pages cleaned per batch at most.
+const CLEAN_PAGES: usize = 200;
+/// Batches on their way to the stream at once.
+const IN_FLIGHT: usize = 8;
+/// How often an idle writer cleans the log by itself.
+const IDLE: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+struct Queue {
+    last: Seq,
+    groups: Vec<(Seq, Vec<Record>)>,
+}
+
+pub struct ClusterStore {
+    queue: Mutex<Queue>,
+    wake: Notify,
+    progress: watch::Sender<Progress>,
+    /// Set once this node has claimed the stream; until then (a standby)
+    /// every submission fails at once.
+    leading: AtomicBool,
+}
+
+impl ClusterStore {
+    pub fn new() -> Arc<ClusterStore> {
+        // Nothing is taken into a store of record behind the stream.
+        let mut progress = Progress::default();
+        progress.absorbed = Seq::MAX;
+        Arc::new(ClusterStore {
+            queue: Mutex::default(),
+            wake: Notify::new(),
+            progress: watch::Sender::new(progress),
+            leading: AtomicBool::new(false),
+        })
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes queued groups, up to [`BATCH_BYTES`] of records (at least one
+    /// group).
+    fn take(&self) -> Vec<(Seq, Vec<Record>)> {
+        let mut q = self.queue();
+        let mut bytes = 0;
+        let n = q
+            .groups
+            .iter()
+            .take_while(|(_, records)| {
+                let before = bytes;
+                bytes += records.iter().map(record_bytes).sum::<usize>();
+                before < BATCH_BYTES
+            })
+            .count();
+        q.groups.drain(..n).collect()
+    }
+}
+
+fn record_bytes(record: &Record) -> usize {
+    match record {
+        Record::Put(image) | Record::Update(image) => {
+            64 + image.tube.as_bytes().len() + image.body.len()
+        }
+        Record::Delete(_) => 16,
+    }
+}
+
+impl Store for ClusterStore {
+    fn submit(&self, records: Vec<Record>) -> Seq {
+        let mut q = self.queue();
+        q.last += 1;
+        let seq = q.last;
+        if self.leading.load(Ordering::Acquire) {
+            q.groups.push((seq, records));
+            drop(q);
+            self.wake.notify_one();
+        } else {
+            drop(q);
+            self.progress.send_modify(|p| p.fail(seq, seq));
+        }
+        seq
+    }
+
+    fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    fn replies_wait_for_sync(&self) -> bool {
+        true
+    }
+
+    fn write_out(&self) -> bool {
+        false
+    }
+
+    fn request_sync(&self) {
+        self.wake.notify_one();
+    }
+
+    fn room(&self) -> Room {
+        Room::UNLIMITED
+    }
+
+    fn file(&self) -> u32 {
+        0
+    }
+
+    fn close(&self) {
+        let last = self.queue().last;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.leading.load(Ordering::Acquire)
+            && self.progress.borrow().synced < last
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// A batch on its way, and what its acknowledgment allows.
+struct Flying {
+    sent: Sent,
+    /// The last submission it holds (in its last part).
+    last: Option<Seq>,
+    /// The id ceiling its meta message carries.
+    ids_below: JobId,
+}
+
+/// The leader's writer: owns the page log from the claim on.
+pub struct Writer {
+    pub store: Arc<ClusterStore>,
+    pub client: Client,
+    pub js: Context,
+    pub subjects: Subjects,
+    pub pages: Pages,
+    /// This leader's meta message (its epoch, address, id ceiling).
+    pub meta: Meta,
+}
+
+impl Writer {
+    /// Starts taking submissions (the claim is made); the stream now ends
+    /// at `self.pages.last_seq`.
+    pub fn start(&self) {
+        self.store
+            .progress
+            .send_modify(|p| p.ids_below = self.meta.ids_below);
+        self.store.leading.store(true, Ordering::Release);
+    }
+
+    /// Writes until a batch fails; returns why. Up to [`IN_FLIGHT`]
+    /// batches are on their way at once, each chained on the one before.
+    pub async fn run(mut self) -> String {
+        let mut flying: VecDeque<Flying> = VecDeque::new();
+        let mut batches = 0u64;
+        let mut idle = false;
+        loop {
+            if flying.len() < IN_FLIGHT {
+                let groups = self.store.take();
+                let clean = idle && self.pages.log.over_bound();
+                if !groups.is_empty() || clean {
+                    idle = false;
+                    batches += 1;
+                    if let Err(e) = self.send(&groups, batches, &mut flying).await {
+                        return e;
+                    }
+                    continue;
+                }
+            }
+            let room = flying.len() < IN_FLIGHT;
+            let Some(oldest) = flying.front_mut() else {
+                let woken = tokio::time::timeout(IDLE, self.store.wake.notified()).await;
+                idle = woken.is_err();
+                continue;
+            };
+            tokio::select! {
+                settled = oldest.sent.settled() => {
+                    if let Err(e) = settled {
+                        return e;
+                    }
+                    let done = flying.pop_front().expect("the oldest batch");
+                    if let Some(last) = done.last {
+                        self.store.progress.send_modify(|p| {
+                            p.written = last;
+                            p.synced = last;
+                            p.ids_below = done.ids_below;
+                        });
+                    }
+                }
+                _ = self.store.wake.notified(), if room => {}
+            }
+        }
+    }
+
+    /// Packs `groups` and sends them (see the module docs); the last batch
+    /// sent carries the last group's submission number.
+    async fn send(
+        &mut self,
+        groups: &[(Seq, Vec<Record>)],
+        number: u64,
+        flying: &mut VecDeque<Flying>,
+    ) -> Result<(), String> {
+        let records = || groups.iter().flat_map(|(_, records)| records);
+        let bytes: usize = records().map(record_bytes).sum();
+        // A group too big for one batch is sent in several, uncleaned, so
+        // that no part of it frees a slot another part still needs.
+        let clean = if bytes <= BATCH_BYTES { CLEAN_PAGES } else { 0 };
+        let Pages { log, by_slot, .. } = &mut self.pages;
+        let packed = pack(log, records(), clean, |slot| {
+            Ok(by_slot.get(&slot).map(|page| page.to_vec()))
+        })
+        .map_err(|e| format!("cannot pack a batch: {e}"))?;
+        let mut messages = Vec::with_capacity(packed.pages.len() + packed.freed.len() + 1);
+        let written: FxHashSet<_> = packed.pages.iter().map(|(slot, _)| *slot).collect();
+        for (slot, page) in packed.pages {
+            let page = Bytes::from(page);
+            by_slot.insert(slot, page.clone());
+            messages.push((self.subjects.page(slot), page));
+        }
+        for slot in packed.freed.into_iter().filter(|s| !written.contains(s)) {
+            by_slot.remove(&slot);
+            messages.push((self.subjects.page(slot), Bytes::new()));
+        }
+        let top = records()
+            .filter_map(|r| match r {
+                Record::Put(image) => Some(image.id + 1),
+                _ => None,
+            })
+            .max();
+        if let Some(top) = top {
+            self.meta.ids_below = self.meta.ids_below.max(top);
+        }
+        messages.push((self.subjects.meta(), Bytes::from(self.meta.encode())));
+        let parts = messages.len().div_ceil(MAX_BATCH);
+        for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
+            let id = format!("e{}b{number}p{part}", self.meta.epoch);
+            let after = self.pages.last_seq;
+            let sent = publish::send(&self.client, &self.js, id, chunk, after).await?;
+            self.pages.last_seq = sent.end();
+            let last = groups
+                .last()
+                .map(|(seq, _)| *seq)
+                .filter(|_| part + 1 == parts);
+            flying.push_back(Flying {
+                sent,
+                last,
+                ids_below: self.meta.ids_below,
+            });
+        }
+        Ok(())
+    }
+}

@@ -30,13 +30,17 @@ use super::meta::Meta;
 use super::publish;
 use super::subjects::Subjects;
 use super::writer::{ClusterStore, Writer};
-use super::{stream, version, Options, Role};
+use super::stream::{self, Trouble};
+use super::{version, Options, Role};
 use crate::engine::ClusterStats;
 use crate::shared::Shared;
 
 /// How long a batch may wait for the stream's answer: longer than NATS's
 /// own elections (5–9 s measured), so replies wait out a lost NATS node.
 const ACK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How soon a node tries again to set its stream and lease up.
+const SETUP_RETRY: Duration = Duration::from_millis(500);
 
 /// A node connected to its cluster, before it follows anything.
 pub struct Connected {
@@ -77,9 +81,21 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
     version::check(&client)?;
     let mut js = jetstream::new(client.clone());
     js.set_timeout(ACK_TIMEOUT);
-    let stream = stream::ensure(&js, &subjects, options.replicas).await?;
     let timing = Timing::new(options.lease_ttl)?;
-    let lease = Lease::open(&js, &options.name, timing, options.replicas).await?;
+    // A NATS cluster that is starting (or electing) times requests out:
+    // wait for it, as for a database that is not up yet.
+    let (stream, lease) = loop {
+        let trouble = match stream::ensure(&js, &subjects, options.replicas).await {
+            Err(Trouble::Refused(why)) => return Err(why),
+            Err(Trouble::Passing(why)) => why,
+            Ok(stream) => match Lease::open(&js, &options.name, timing, options.replicas).await {
+                Ok(lease) => break (stream, lease),
+                Err(why) => why,
+            },
+        };
+        tracing::warn!("{trouble}; trying again");
+        tokio::time::sleep(SETUP_RETRY).await;
+    };
     Ok(Connected {
         client,
         js,

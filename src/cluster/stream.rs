@@ -77,26 +77,35 @@ pub fn check(config: &Config, subjects: &Subjects) -> Result<(), String> {
     }
 }
 
+/// Why the stream could not be had.
+pub enum Trouble {
+    /// NATS did not answer in time (a cluster still starting, an
+    /// election): worth trying again.
+    Passing(String),
+    /// Its settings could lose jobs: a person must look.
+    Refused(String),
+}
+
 /// Makes the stream if it is absent; refuses one whose settings could lose
 /// jobs.
 pub async fn ensure(
     js: &Context,
     subjects: &Subjects,
     replicas: usize,
-) -> Result<async_nats::jetstream::stream::Stream, String> {
+) -> Result<async_nats::jetstream::stream::Stream, Trouble> {
     let name = subjects.stream();
     let mut stream = match js.get_stream(&name).await {
         Ok(stream) => stream,
         Err(_) => js
             .get_or_create_stream(wanted(subjects, replicas))
             .await
-            .map_err(|e| format!("cannot create the stream {name}: {e}"))?,
+            .map_err(|e| Trouble::Passing(format!("cannot create the stream {name}: {e}")))?,
     };
     let info = stream
         .info()
         .await
-        .map_err(|e| format!("cannot read the stream {name}: {e}"))?;
-    check(&info.config, subjects)?;
+        .map_err(|e| Trouble::Passing(format!("cannot read the stream {name}: {e}")))?;
+    check(&info.config, subjects).map_err(Trouble::Refused)?;
     Ok(stream)
 }
 

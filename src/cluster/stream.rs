@@ -118,7 +118,8 @@ mod tests {
     fn only_settings_that_keep_every_page_pass() {
         let s = Subjects::new("c").unwrap();
         assert_eq!(check(&wanted(&s, 3), &s), Ok(()));
-        let cases: [(&str, fn(&mut Config)); 8] = [
+        type Change = fn(&mut Config);
+        let cases: [(&str, Change); 8] = [
             ("subjects", |c| c.subjects = vec!["other.>".into()]),
             ("memory", |c| c.storage = StorageType::Memory),
             ("max_age", |c| c.max_age = Duration::from_secs(3600)),

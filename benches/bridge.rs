@@ -46,9 +46,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use sprout::bridge::now_ms;
 use sprout::client::Client;
 use sprout_protocol::Command as Bs;
 use sprout_protocol::Response;
+use sprout_testkit::{cpu_seconds, free_port, status_kb, Rng};
 
 const TUBE: &str = "bench-expired";
 const TIMER_TUBE: &str = "bridge-timers.bench-expired";
@@ -112,17 +114,6 @@ fn args() -> Args {
     a
 }
 
-fn now_ms() -> i64 {
-    sprout::bridge::now_ms()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
 /// A child process killed (by its own pid) on drop.
 struct Proc(Child);
 
@@ -145,26 +136,9 @@ fn wait_until(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// `VmRSS` of `pid`, in KiB.
+/// `VmRSS` of `pid`, in KiB (0 once it is gone).
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// A small xorshift, so runs are repeatable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
+    status_kb(pid, "VmRSS").unwrap_or(0)
 }
 
 /// Arrival times per key (-1: not yet), plus duplicates.
@@ -241,17 +215,9 @@ fn report(arrivals: &Arrivals, deadlines: &[i64]) -> Report {
     }
 }
 
-/// CPU seconds (user + system) `pid` has used.
+/// CPU seconds (user + system) `pid` has used (0 once it is gone).
 fn cpu_secs(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let f: Vec<f64> = after
-        .split_whitespace()
-        .map(|v| v.parse().unwrap_or(0.0))
-        .collect();
-    // Fields 14 and 15 of the file (utime, stime), in clock ticks.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / ticks
+    cpu_seconds(pid).map_or(0.0, |(user, sys)| user + sys)
 }
 
 async fn worker(port: u16, arrivals: Arc<Arrivals>, fired: Arc<Arrivals>, done: Arc<AtomicBool>) {
@@ -471,11 +437,11 @@ fn run(a: &Args, dir: &Path) {
             .collect();
 
         // The keys, pipelined.
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
         let t0 = now_ms();
         let spread = (a.max_ttl_ms - a.min_ttl_ms) as u64;
         let deadlines: Vec<i64> = (0..n)
-            .map(|_| t0 + a.min_ttl_ms + (rng.next() % spread) as i64)
+            .map(|_| t0 + a.min_ttl_ms + (rng.next_u64() % spread) as i64)
             .collect();
         let last_deadline = deadlines.iter().copied().max().unwrap_or(t0);
         let started = Instant::now();

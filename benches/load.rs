@@ -706,30 +706,12 @@ impl Probe {
 
 /// utime and stime of every thread of `pid`, in seconds.
 fn cpu_seconds(pid: u32) -> Fallible<(f64, f64)> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    // Fields after the command name, which is in parentheses and may hold
-    // spaces: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    let (Some(utime), Some(stime)) = (ticks(14 - 3), ticks(15 - 3)) else {
-        return Err(format!("{path}: unreadable"));
-    };
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
-    Ok((utime as f64 / hz as f64, stime as f64 / hz as f64))
+    sprout_testkit::cpu_seconds(pid).ok_or_else(|| format!("/proc/{pid}/stat: unreadable"))
 }
 
 /// A `kB` field of `/proc/PID/status`.
 fn status_kb(pid: u32, key: &str) -> Fallible<u64> {
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| format!("{path}: no {key}"))
+    sprout_testkit::status_kb(pid, key).ok_or_else(|| format!("/proc/{pid}/status: no {key}"))
 }
 
 /// The result line, built as a flat JSON object.

@@ -13,14 +13,10 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{sprout_only, TestServer};
+use sprout_testkit::status_kb;
 
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
+    status_kb(pid, "VmRSS").expect("VmRSS")
 }
 
 #[test]

@@ -38,26 +38,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{sprout_only, FallibleClient, TempDir, TestServer};
-
-/// A small xorshift generator: no dev-dependency needed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use sprout_testkit::Rng;
 
 const TUBES: [&str; 2] = ["default", "stress"];
 /// Delay of a delayed release: long enough to outlast the whole check.
@@ -369,17 +350,17 @@ fn iteration(n: u64, seed: u64, policy: &[&str]) -> Vec<String> {
     let mut rng = Rng::new(seed);
     let mut workers = Vec::new();
     for (w, tube) in TUBES.iter().enumerate() {
-        let (shared, s) = (shared.clone(), rng.next());
+        let (shared, s) = (shared.clone(), rng.next_u64());
         workers.push(thread::spawn(move || {
             timed(|| producer(port, &shared, tube, s ^ w as u64))
         }));
     }
     for _ in 0..3 {
-        let (shared, s) = (shared.clone(), rng.next());
+        let (shared, s) = (shared.clone(), rng.next_u64());
         workers.push(thread::spawn(move || timed(|| consumer(port, &shared, s))));
     }
     {
-        let (shared, s) = (shared.clone(), rng.next());
+        let (shared, s) = (shared.clone(), rng.next_u64());
         workers.push(thread::spawn(move || timed(|| kicker(port, &shared, s))));
     }
     let run_for = Duration::from_millis(50 + rng.below(451));

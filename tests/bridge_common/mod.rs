@@ -16,13 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{sprout_only, tool_available, Addr, Client, TempDir, TestServer};
 
-/// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
+pub use sprout_testkit::now_ms;
 
 /// Whether the bridge tests can run here; prints why not.
 pub fn can_run(test: &str) -> bool {

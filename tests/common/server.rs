@@ -1,14 +1,14 @@
 //! The server under test as a child process: started on a free port or a
 //! unix socket, waited for until it accepts, killed and reaped on drop.
 
-use std::collections::HashSet;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
+
+use sprout_testkit::free_port;
 
 use super::{binary, Client, TempDir};
 
@@ -27,22 +27,6 @@ pub struct TestServer {
     pub(super) child: Child,
     addr: Addr,
     dir: TempDir,
-}
-
-/// Ports handed out by this test process, never handed out twice.
-static USED_PORTS: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-
-fn free_port() -> u16 {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("bind 127.0.0.1:0")
-            .port();
-        let mut used = USED_PORTS.lock().unwrap_or_else(|e| e.into_inner());
-        if used.get_or_insert_with(HashSet::new).insert(port) {
-            return port;
-        }
-    }
 }
 
 /// Linux: does process `pid` own the socket listening on 127.0.0.1:`port`?

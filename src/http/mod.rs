@@ -37,7 +37,7 @@ mod api;
 mod app;
 mod auth;
 mod batch;
-mod config;
+pub(crate) mod config;
 mod dashboard;
 mod error;
 mod extract;
@@ -47,7 +47,6 @@ mod history;
 mod metrics;
 
 use app::App;
-pub(crate) use config::read_token;
 pub use config::{HttpArgs, Options};
 
 /// A bound, serving HTTP port, waiting for the server to attach.

@@ -30,11 +30,13 @@
 //! * [`http`]: the `--http` side port (metrics, health, admin API,
 //!   dashboard). [`bridge`]: the Redis TTL bridge, embedded or its own
 //!   process (`sprout bridge`).
+//! * [`cluster`]: `--cluster`, the job state replicated on NATS JetStream:
+//!   the leader's group commits go to a stream instead of the journal
+//!   (`cluster/writer.rs`, a `store::Store`), standbys follow it and pass
+//!   their clients to the leader; its map opens `cluster/mod.rs`.
 //! * [`cli`]: beanstalkd's flags and sprout's own. [`server`]: listeners,
 //!   the accept loop, signals, recovery at startup, shutdown. [`admin`]:
 //!   `sprout admin`, a shell client of the HTTP API.
-//! * `cluster` (being added): cluster mode, the job state replicated on
-//!   NATS JetStream.
 //!
 //! # Life of a request
 //!
@@ -58,7 +60,8 @@
 //!    connection awaits `store::acknowledged`: with `-b`, until their
 //!    records are written to the journal (and under `-f 0` synced),
 //!    writing the journal itself if no other connection is at it (group
-//!    commit, `store/journal.rs`). Without `-b` it returns at once.
+//!    commit, `store/journal.rs`); with `--cluster`, until a quorum of
+//!    NATS servers holds them. Without either it returns at once.
 //! 5. **Wakeups and the timer**: when the lock guard (`shared::Locked`)
 //!    drops, its `Drop` submits what is left, posts the answers the engine
 //!    made for connections blocked in `reserve` (`Engine::take_wakeups`)

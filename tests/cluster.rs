@@ -438,6 +438,14 @@ fn losing_the_nats_node_that_leads_the_stream_loses_nothing() {
     let via = sprouts.alive()[0];
     let back = sprouts.time_to_put(via, Duration::from_secs(60));
     eprintln!("puts acknowledged again {back:?} after the stream leader's kill -9 (+3 s)");
+    for (i, log) in sprouts.logs().iter().enumerate() {
+        for line in log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("leading"))
+        {
+            eprintln!("node {i}: {line}");
+        }
+    }
     thread::sleep(Duration::from_millis(1000));
     let told = load.finish();
     check(&sprouts, &told);

@@ -35,9 +35,11 @@ use super::{version, Options, Role};
 use crate::engine::ClusterStats;
 use crate::shared::Shared;
 
-/// How long a batch may wait for the stream's answer: longer than NATS's
-/// own elections (5–9 s measured), so replies wait out a lost NATS node.
-const ACK_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a request (a batch's acknowledgment among them) waits for
+/// NATS's answer. A batch sent during an election may never be answered;
+/// it is sent again (`writer.rs`), fenced as before, so a short wait
+/// costs nothing but a resend, and replies resume soon after the election.
+const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How soon a node tries again to set its stream and lease up.
 const SETUP_RETRY: Duration = Duration::from_millis(500);
@@ -136,6 +138,7 @@ pub async fn run(
         store,
         client: node.client.clone(),
         js: node.js.clone(),
+        stream: node.stream.clone(),
         subjects: node.subjects.clone(),
         pages,
         meta,
@@ -306,7 +309,7 @@ impl Follower {
                     drop(state);
                     return Ok(self.pages);
                 }
-                Err(e) => tracing::warn!("claim refused, reading on: {e}"),
+                Err(e) => tracing::warn!("claim refused, reading on: {}", e.why()),
             }
         }
     }

@@ -12,7 +12,7 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 
-use async_nats::jetstream::context::PublishError;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::Context;
@@ -53,14 +53,14 @@ pub async fn send(
     id: String,
     messages: &[(String, Bytes)],
     after: u64,
-) -> Result<Sent, String> {
+) -> Result<Sent, Refusal> {
     let n = messages.len();
     assert!((1..=MAX_BATCH).contains(&n), "a batch of {n} messages");
     for (i, (subject, payload)) in messages[..n - 1].iter().enumerate() {
         client
             .publish_with_headers(subject.clone(), headers(&id, i, n, after), payload.clone())
             .await
-            .map_err(|e| format!("cannot send batch {id}: {e}"))?;
+            .map_err(|e| Refusal::Passing(format!("cannot send batch {id}: {e}")))?;
     }
     let (subject, payload) = &messages[n - 1];
     let commit = PublishMessage::build()
@@ -69,13 +69,47 @@ pub async fn send(
     let ack = js
         .send_publish(subject.clone(), commit)
         .await
-        .map_err(|e| format!("cannot send batch {id}: {e}"))?
+        .map_err(|e| Refusal::of(&id, &e))?
         .into_future();
     Ok(Sent {
         ack,
         id,
         want: after + n as u64,
     })
+}
+
+/// Why a batch was not acknowledged.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The stream could not take it now (no leader during an election, a
+    /// lost connection, no answer in time): it may or may not be stored,
+    /// and sending it again, fenced the same way, tells which.
+    Passing(String),
+    /// The stream does not end where the batch was chained: someone else
+    /// wrote, or this very batch is already in (a resent one).
+    Fenced(String),
+    /// Anything else: stop.
+    Failed(String),
+}
+
+impl Refusal {
+    fn of(id: &str, e: &PublishError) -> Refusal {
+        let why = format!("batch {id}: {e}");
+        match e.kind() {
+            PublishErrorKind::StreamNotFound
+            | PublishErrorKind::TimedOut
+            | PublishErrorKind::BrokenPipe
+            | PublishErrorKind::MaxAckPending => Refusal::Passing(why),
+            PublishErrorKind::WrongLastSequence => Refusal::Fenced(why),
+            _ => Refusal::Failed(why),
+        }
+    }
+
+    pub fn why(self) -> String {
+        match self {
+            Refusal::Passing(why) | Refusal::Fenced(why) | Refusal::Failed(why) => why,
+        }
+    }
 }
 
 impl Sent {
@@ -86,16 +120,15 @@ impl Sent {
 
     /// Waits for the stream's answer: the batch is stored where it was
     /// chained, or this is why not.
-    pub async fn settled(&mut self) -> Result<(), String> {
-        let id = &self.id;
+    pub async fn settled(&mut self) -> Result<(), Refusal> {
         let ack = (&mut self.ack)
             .await
-            .map_err(|e| format!("batch {id} refused: {e}"))?;
+            .map_err(|e| Refusal::of(&self.id, &e))?;
         if ack.sequence != self.want {
-            return Err(format!(
-                "batch {id} ended at stream sequence {}, not {}: someone else writes to the stream",
-                ack.sequence, self.want
-            ));
+            return Err(Refusal::Failed(format!(
+                "batch {} ended at stream sequence {}, not {}: someone else writes to the stream",
+                self.id, ack.sequence, self.want
+            )));
         }
         Ok(())
     }
@@ -108,7 +141,7 @@ pub async fn batch(
     id: String,
     messages: &[(String, Bytes)],
     after: u64,
-) -> Result<u64, String> {
+) -> Result<u64, Refusal> {
     let mut sent = send(client, js, id, messages, after).await?;
     sent.settled().await?;
     Ok(sent.end())

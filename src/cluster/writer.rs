@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
 use async_nats::Client;
 use bytes::Bytes;
@@ -27,7 +28,7 @@ use tokio::sync::{watch, Notify};
 
 use super::follow::Pages;
 use super::meta::Meta;
-use super::publish::{self, Sent, MAX_BATCH};
+use super::publish::{self, Refusal, Sent, MAX_BATCH};
 use super::subjects::Subjects;
 use crate::engine::{Record, Room};
 use crate::store::{pack, Progress, Seq, Store};
@@ -40,6 +41,10 @@ const BATCH_BYTES: usize = 1 << 20;
 const CLEAN_PAGES: usize = 200;
 /// Batches on their way to the stream at once.
 const IN_FLIGHT: usize = 8;
+/// How long batches are sent again while the stream cannot take them:
+/// longer than NATS's own elections (5–9 s measured).
+const RETRY_FOR: Duration = Duration::from_secs(30);
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// How often an idle writer cleans the log by itself.
 const IDLE: Duration = Duration::from_secs(1);
 
@@ -156,11 +161,26 @@ impl Store for ClusterStore {
 
 /// A batch on its way, and what its acknowledgment allows.
 struct Flying {
-    sent: Sent,
+    /// `None` while it waits to be sent again.
+    sent: Option<Sent>,
+    id: String,
+    messages: Vec<(String, Bytes)>,
+    /// The stream sequence it is chained on, and the one it ends at.
+    after: u64,
+    end: u64,
     /// The last submission it holds (in its last part).
     last: Option<Seq>,
     /// The id ceiling its meta message carries.
     ids_below: JobId,
+}
+
+impl Flying {
+    async fn settled(&mut self) -> Result<(), Refusal> {
+        match &mut self.sent {
+            Some(sent) => sent.settled().await,
+            None => Err(Refusal::Passing(format!("batch {} not sent", self.id))),
+        }
+    }
 }
 
 /// The leader's writer: owns the page log from the claim on.
@@ -168,6 +188,7 @@ pub struct Writer {
     pub store: Arc<ClusterStore>,
     pub client: Client,
     pub js: Context,
+    pub stream: Stream,
     pub subjects: Subjects,
     pub pages: Pages,
     /// This leader's meta message (its epoch, address, id ceiling).
@@ -190,6 +211,8 @@ impl Writer {
         let mut flying: VecDeque<Flying> = VecDeque::new();
         let mut batches = 0u64;
         let mut idle = false;
+        // Since when, and how often, the oldest batch has been sent again.
+        let mut retry: Option<(Instant, u32)> = None;
         loop {
             if flying.len() < IN_FLIGHT {
                 let groups = self.store.take();
@@ -210,9 +233,33 @@ impl Writer {
                 continue;
             };
             tokio::select! {
-                settled = oldest.sent.settled() => {
-                    if let Err(e) = settled {
-                        return e;
+                settled = oldest.settled() => {
+                    match settled {
+                        Ok(()) => {}
+                        Err(Refusal::Fenced(why)) if !self.stored(oldest.end).await => {
+                            return why
+                        }
+                        Err(Refusal::Fenced(_)) => {}
+                        Err(Refusal::Passing(why)) => {
+                            let (since, attempt) = retry.get_or_insert_with(|| {
+                                tracing::warn!("{why}: sending again until the stream takes it");
+                                (Instant::now(), 0)
+                            });
+                            if since.elapsed() > RETRY_FOR {
+                                return format!("the stream took no batch for {RETRY_FOR:?}: {why}");
+                            }
+                            *attempt += 1;
+                            let attempt = *attempt;
+                            tokio::time::sleep(RETRY_PAUSE).await;
+                            if let Err(why) = self.resend(&mut flying, attempt).await {
+                                return why;
+                            }
+                            continue;
+                        }
+                        Err(Refusal::Failed(why)) => return why,
+                    }
+                    if let Some((since, _)) = retry.take() {
+                        tracing::warn!("the stream takes batches again after {:?}", since.elapsed());
                     }
                     let done = flying.pop_front().expect("the oldest batch");
                     if let Some(last) = done.last {
@@ -271,18 +318,69 @@ impl Writer {
         for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
             let id = format!("e{}b{number}p{part}", self.meta.epoch);
             let after = self.pages.last_seq;
-            let sent = publish::send(&self.client, &self.js, id, chunk, after).await?;
-            self.pages.last_seq = sent.end();
+            let end = after + chunk.len() as u64;
+            let sent = match publish::send(&self.client, &self.js, id.clone(), chunk, after).await {
+                Ok(sent) => Some(sent),
+                // Sent again with the others once the stream is back.
+                Err(Refusal::Passing(_)) => None,
+                Err(refusal) => return Err(refusal.why()),
+            };
+            self.pages.last_seq = end;
             let last = groups
                 .last()
                 .map(|(seq, _)| *seq)
                 .filter(|_| part + 1 == parts);
             flying.push_back(Flying {
                 sent,
+                id,
+                messages: chunk.to_vec(),
+                after,
+                end,
                 last,
                 ids_below: self.meta.ids_below,
             });
         }
         Ok(())
+    }
+
+    /// The stream could not take the oldest batch now (an election, a lost
+    /// connection): every batch on its way is sent again, in order and
+    /// chained as before (`attempt` numbers the tries in their ids). Those
+    /// the stream cannot take yet wait for the next try; replies wait
+    /// meanwhile. A batch that was stored after all is refused as fenced,
+    /// and [`Writer::stored`] tells.
+    async fn resend(&mut self, flying: &mut VecDeque<Flying>, attempt: u32) -> Result<(), String> {
+        for f in flying.iter_mut() {
+            let id = format!("{}r{attempt}", f.id);
+            match publish::send(&self.client, &self.js, id, &f.messages, f.after).await {
+                Ok(sent) => f.sent = Some(sent),
+                Err(Refusal::Passing(_)) => f.sent = None,
+                Err(refusal) => return Err(refusal.why()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a batch refused as fenced, ending at stream sequence `end`,
+    /// is in the stream already (sent again after its first answer was
+    /// lost): the stream's latest meta message is then this leader's, at
+    /// or past `end`. Nobody else writes in this leader's epoch (a claim
+    /// is fenced like any batch).
+    async fn stored(&self, end: u64) -> bool {
+        match self
+            .stream
+            .get_last_raw_message_by_subject(&self.subjects.meta())
+            .await
+        {
+            Ok(m) => {
+                let ours = Meta::decode(&m.payload)
+                    .is_ok_and(|meta| meta.epoch == self.meta.epoch && meta.node == self.meta.node);
+                ours && m.sequence >= end
+            }
+            Err(e) => {
+                tracing::warn!("cannot read the stream's meta message: {e}");
+                false
+            }
+        }
     }
 }

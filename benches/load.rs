@@ -550,7 +550,7 @@ impl Work for Producer {
             let ready_at = plan.now() + delay.as_nanos() as u64;
             let mut body = String::with_capacity(plan.size);
             write!(body, "{ready_at:0width$}", width = STAMP_LEN).expect("write to String");
-            body.extend(std::iter::repeat('x').take(plan.size - STAMP_LEN));
+            body.extend(std::iter::repeat_n('x', plan.size - STAMP_LEN));
             Bytes::from(body)
         } else {
             plan.body.clone()

@@ -266,12 +266,12 @@ fn consume(ports: &[u16], stop: &AtomicBool, told: &Mutex<Told>) {
                 break;
             }
             // Every other job is deleted; the rest are buried, for the check.
-            let cmd = if id % 2 == 0 {
+            let cmd = if id.is_multiple_of(2) {
                 format!("delete {id}")
             } else {
                 format!("bury {id} 0")
             };
-            if id % 2 == 0 {
+            if id.is_multiple_of(2) {
                 told.lock().unwrap().deletes_in_flight.insert(id);
             }
             match c.request(&cmd).as_deref() {

@@ -183,7 +183,7 @@ fn check(events: &[Event], store: &str) -> Vec<String> {
             Event::SyncBegan(path) => {
                 let covered = unsynced
                     .iter()
-                    .filter(|(p, _)| path.as_ref().map_or(true, |s| s == *p))
+                    .filter(|(p, _)| path.as_ref().is_none_or(|s| s == *p))
                     .flat_map(|(p, w)| w.iter().map(|&w| (p.clone(), w)))
                     .collect();
                 syncing.push((path.clone(), covered));

@@ -192,7 +192,7 @@ impl Engine {
                     .flat_map(|c| c.reserved.iter())
                     .filter(|&&(_, slot)| self.jobs[slot].tube == t)
                     .map(|&(deadline, slot)| (Cursor(deadline, self.jobs[slot].id), slot))
-                    .filter(|&(cursor, _)| after.map_or(true, |after| cursor > after))
+                    .filter(|&(cursor, _)| after.is_none_or(|after| cursor > after))
                     .collect();
                 held.sort_unstable();
                 held.truncate(n);

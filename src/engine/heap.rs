@@ -183,7 +183,7 @@ impl<E: Entry> SlotHeap<E> {
         let mut skipped = if self.is_empty() { vec![] } else { vec![0] };
         while let Some(i) = skipped.pop() {
             let order = self.entries[i].order(jobs);
-            if after.map_or(true, |after| order > after) {
+            if after.is_none_or(|after| order > after) {
                 frontier.push(Reverse((order, i)));
             } else {
                 skipped.extend(children(i));

@@ -157,7 +157,7 @@ impl Absorber {
         loop {
             let now = Instant::now();
             let apply = window.full() || window.due().is_some_and(|due| due <= now);
-            if apply && !low_disk_until.is_some_and(|until| until > now) {
+            if apply && low_disk_until.is_none_or(|until| until <= now) {
                 low_disk_until = match self.apply(&mut window) {
                     true => None,
                     false => Some(now + LOW_DISK_RETRY),

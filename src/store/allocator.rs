@@ -54,7 +54,7 @@ impl Allocator {
         if let Err(e) = journal.measure_disk() {
             tracing::warn!("cannot measure the disk's free space: {e}");
         }
-        if !self.retry_at.is_some_and(|at| Instant::now() < at) {
+        if self.retry_at.is_none_or(|at| Instant::now() >= at) {
             self.keep_room();
         }
         self.ballast.keep(2 * self.journal.file_size);

@@ -36,7 +36,12 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
     let len = rng.below(40_000) as usize;
     JobImage {
         id,
-        tube: TubeName::new(if id % 2 == 0 { b"even" } else { b"odd" }).unwrap(),
+        tube: TubeName::new(if id.is_multiple_of(2) {
+            b"even"
+        } else {
+            b"odd"
+        })
+        .unwrap(),
         pri: rng.below(1 << 32) as u32,
         ttr: 1 + rng.below(100) as u32,
         delay: rng.below(100) as u32,

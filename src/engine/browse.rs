@@ -211,6 +211,7 @@ impl Engine {
 
     fn info(&self, slot: u32, cursor: Cursor) -> JobInfo {
         let job: &Job = &self.jobs[slot];
+        let counts = self.jobs.counts(slot);
         let time_left = match job.state() {
             State::Delayed | State::Reserved => job.deadline.saturating_sub(self.now),
             State::Ready | State::Buried => 0,
@@ -224,12 +225,12 @@ impl Engine {
             delay: job.delay,
             ttr: job.ttr,
             time_left,
-            reserves: job.reserves,
-            timeouts: job.timeouts,
-            releases: job.releases,
-            buries: job.buries,
-            kicks: job.kicks,
-            body: job.body.clone(),
+            reserves: counts.reserves,
+            timeouts: counts.timeouts,
+            releases: counts.releases,
+            buries: counts.buries,
+            kicks: counts.kicks,
+            body: self.jobs.body_bytes(slot),
             cursor,
         }
     }

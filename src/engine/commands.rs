@@ -15,6 +15,7 @@ use bytes::Bytes;
 use sprout_protocol::{Command, JobId, Response, TubeName};
 
 use super::conn::Wait;
+use super::counts::Counter;
 use super::heap::ByPriority;
 use super::job::{Job, State};
 use super::room::Change;
@@ -100,16 +101,8 @@ impl Engine {
         if self.jobs.is_full() || !self.room.admits(change) {
             return Response::OutOfMemory;
         }
-        let job = Job::new(
-            id,
-            pri,
-            seconds(ttr).max(1),
-            seconds(delay),
-            t,
-            body,
-            self.now,
-        );
-        let slot = self.jobs.insert(job);
+        let job = Job::new(id, pri, seconds(ttr).max(1), seconds(delay), t, self.now);
+        let slot = self.jobs.insert(job, &body);
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
         self.enqueue(slot, micros(delay));
@@ -226,7 +219,7 @@ fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -
             let job = &mut e.jobs[slot];
             job.pri = pri;
             job.delay = seconds(delay);
-            job.releases += 1;
+            e.jobs.bump(slot, Counter::Releases);
             e.enqueue(slot, micros(delay));
             e.record_update(slot);
             Response::Released
@@ -353,7 +346,7 @@ impl Engine {
     /// admin API's kicks).
     pub(super) fn kick_job(&mut self, slot: u32) {
         self.take_out(slot);
-        self.jobs[slot].kicks += 1;
+        self.jobs.bump(slot, Counter::Kicks);
         self.make_ready(slot);
         self.record_update(slot);
     }
@@ -381,7 +374,14 @@ fn stats_job(e: &Engine, id: JobId) -> Response {
         Some(slot) => {
             let job = &e.jobs[slot];
             let file = e.file_of(slot);
-            Response::Ok(stats::job(job, &e.tubes[job.tube].name, file, e.now))
+            let counts = e.jobs.counts(slot);
+            Response::Ok(stats::job(
+                job,
+                counts,
+                &e.tubes[job.tube].name,
+                file,
+                e.now,
+            ))
         }
         None => Response::NotFound,
     }

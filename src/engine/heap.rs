@@ -5,13 +5,15 @@
 //! jobs the heap is far bigger than the caches, so the layout is built
 //! around cache misses:
 //!
-//! - An entry is 16 bytes: the job's slot plus a copy of its order key, so
-//!   sifting compares entries without reading the job records (scattered
-//!   over a hundred megabytes). A key never changes while its job is in a
-//!   heap: priority and deadline are only set while the job is out of one.
-//!   A delayed entry has no room for the id, so two equal deadlines (rare:
-//!   both jobs must be due in the same microsecond) are ordered by reading
-//!   both ids from the records.
+//! - An entry is the job's slot plus a copy of its order key, so sifting
+//!   compares entries without reading the job records (scattered over
+//!   tens of megabytes). A key never changes while its job is in a heap:
+//!   priority and deadline are only set while the job is out of one. A
+//!   ready entry is 16 bytes (priority, id, slot); a delayed one is 12
+//!   (deadline and slot, packed to 4-byte alignment: 4 bytes a delayed job
+//!   less), with no room for the id, so two equal deadlines (rare: both
+//!   jobs must be due in the same microsecond) are ordered by reading both
+//!   ids from the records.
 //! - Four children per node: half the levels of a binary heap, and the four
 //!   children (64 adjacent bytes) cost about one miss between them. (With a
 //!   million jobs, eight measured faster for `reserve` but slower for
@@ -77,6 +79,7 @@ impl Entry for ByPriority {
 
 /// The delay order: sooner deadline first, then older job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(4))]
 pub(super) struct ByDeadline {
     pub(super) deadline: u64,
     pub(super) slot: u32,
@@ -105,6 +108,8 @@ impl Entry for ByDeadline {
         (self.deadline, jobs[self.slot].id)
     }
 }
+
+const _: () = assert!(std::mem::size_of::<ByDeadline>() == 12);
 
 /// Whether the job in slot `a` was put before the one in slot `b`.
 #[cold]

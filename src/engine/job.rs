@@ -1,16 +1,20 @@
 //! The job record: everything the server keeps about one job besides its
 //! place in a queue.
 //!
-//! A server may hold millions of jobs, so the record is kept small (96 bytes
-//! on 64-bit targets, body handle included): durations are `u32` seconds as
-//! beanstalkd reads them, and the tube is an index (the job's position in its
-//! tube's heap is kept by the job table, not here). One `deadline` field serves
+//! A server may hold millions of jobs, so the record is kept small (56 bytes
+//! on 64-bit targets, where it was 96): the body lives in the job table's
+//! slabs and the record holds an 8-byte handle to it (see `bodies.rs`), the
+//! `stats-job` counters take a byte each until they grow (`counts.rs`),
+//! durations are `u32` seconds as beanstalkd reads them, and the tube is an
+//! index (the job's position in its tube's heap is kept by the job table,
+//! not here). One `deadline` field serves
 //! every state that needs a moment: when a delayed job becomes ready, when a
 //! reserved job's TTR runs out, and the bury order of a buried job.
 
-use bytes::Bytes;
 use sprout_protocol::JobId;
 
+use super::bodies::Body;
+use super::counts::Packed;
 use super::Time;
 
 /// Where a job is in its life.
@@ -42,7 +46,9 @@ impl State {
 }
 
 pub(super) struct Job {
-    pub(super) body: Bytes,
+    /// Set by [`JobTable::insert`](super::table::JobTable::insert), which
+    /// keeps the bytes.
+    pub(super) body: Body,
     pub(super) id: JobId,
     /// When the job was put.
     pub(super) created: Time,
@@ -56,25 +62,15 @@ pub(super) struct Job {
     pub(super) delay: u32,
     pub(super) tube: u32,
     state: State,
-    pub(super) reserves: u32,
-    pub(super) timeouts: u32,
-    pub(super) releases: u32,
-    pub(super) buries: u32,
-    pub(super) kicks: u32,
+    /// Read and bumped through the job table, which keeps the counts
+    /// that outgrow these bytes.
+    pub(super) counts: Packed,
 }
 
 impl Job {
-    pub(super) fn new(
-        id: JobId,
-        pri: u32,
-        ttr: u32,
-        delay: u32,
-        tube: u32,
-        body: Bytes,
-        now: Time,
-    ) -> Job {
+    pub(super) fn new(id: JobId, pri: u32, ttr: u32, delay: u32, tube: u32, now: Time) -> Job {
         Job {
-            body,
+            body: Body::default(),
             id,
             created: now,
             deadline: 0,
@@ -83,11 +79,7 @@ impl Job {
             delay,
             tube,
             state: State::Ready,
-            reserves: 0,
-            timeouts: 0,
-            releases: 0,
-            buries: 0,
-            kicks: 0,
+            counts: Packed::default(),
         }
     }
 

@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
 
+use super::counts::Counts;
 use super::job::{Job, State};
 use super::Time;
 
@@ -61,7 +62,7 @@ pub enum Record {
 }
 
 impl JobImage {
-    pub(super) fn of(job: &Job, tube: &TubeName) -> JobImage {
+    pub(super) fn of(job: &Job, counts: Counts, body: Bytes, tube: &TubeName) -> JobImage {
         let state = match job.state() {
             State::Ready => Stored::Ready,
             State::Reserved => Stored::Reserved,
@@ -76,32 +77,29 @@ impl JobImage {
             delay: job.delay,
             state,
             created: job.created,
-            reserves: job.reserves,
-            timeouts: job.timeouts,
-            releases: job.releases,
-            buries: job.buries,
-            kicks: job.kicks,
-            body: job.body.clone(),
+            reserves: counts.reserves,
+            timeouts: counts.timeouts,
+            releases: counts.releases,
+            buries: counts.buries,
+            kicks: counts.kicks,
+            body,
         }
     }
 
     /// The in-memory record this image describes, in tube `t`, with no
-    /// state set yet.
+    /// state set yet (no body nor counters: the job table keeps those).
     pub(super) fn to_job(&self, t: u32) -> Job {
-        let mut job = Job::new(
-            self.id,
-            self.pri,
-            self.ttr,
-            self.delay,
-            t,
-            self.body.clone(),
-            self.created,
-        );
-        job.reserves = self.reserves;
-        job.timeouts = self.timeouts;
-        job.releases = self.releases;
-        job.buries = self.buries;
-        job.kicks = self.kicks;
-        job
+        Job::new(self.id, self.pri, self.ttr, self.delay, t, self.created)
+    }
+
+    /// Its `stats-job` counters.
+    pub(super) fn counts(&self) -> Counts {
+        Counts {
+            reserves: self.reserves,
+            timeouts: self.timeouts,
+            releases: self.releases,
+            buries: self.buries,
+            kicks: self.kicks,
+        }
     }
 }

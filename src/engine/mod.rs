@@ -23,10 +23,12 @@ use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URG
 mod admin;
 #[cfg(test)]
 mod admin_tests;
+mod bodies;
 mod browse;
 mod clock;
 mod commands;
 mod conn;
+mod counts;
 mod heap;
 mod histogram;
 mod host;
@@ -45,7 +47,8 @@ pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 use clock::{micros, seconds, MICROS_PER_SECOND};
 pub use clock::{Clock, Time};
 use conn::Conn;
-use heap::{ByDeadline, ByPriority};
+use counts::Counter;
+use heap::ByPriority;
 pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
 pub use job::State;
@@ -274,7 +277,8 @@ impl Engine {
     /// buried jobs; ids issued later are above every restored one.
     pub fn restore(&mut self, image: &JobImage) {
         let t = self.tubes.find_or_make(&image.tube);
-        let slot = self.jobs.insert(image.to_job(t));
+        let slot = self.jobs.insert(image.to_job(t), &image.body);
+        self.jobs.set_counts(slot, image.counts());
         self.next_job_id = self.next_job_id.max(image.id + 1);
         match image.state {
             Stored::Ready | Stored::Reserved => self.make_ready(slot),
@@ -355,22 +359,18 @@ impl Engine {
 
     fn found(&self, slot: Option<u32>) -> Response {
         match slot {
-            Some(slot) => {
-                let job = &self.jobs[slot];
-                Response::Found {
-                    id: job.id,
-                    body: job.body.clone(),
-                }
-            }
+            Some(slot) => Response::Found {
+                id: self.jobs[slot].id,
+                body: self.jobs.body_bytes(slot),
+            },
             None => Response::NotFound,
         }
     }
 
     fn reserved_reply(&self, slot: u32) -> Response {
-        let job = &self.jobs[slot];
         Response::Reserved {
-            id: job.id,
-            body: job.body.clone(),
+            id: self.jobs[slot].id,
+            body: self.jobs.body_bytes(slot),
         }
     }
 
@@ -476,7 +476,7 @@ impl Engine {
     fn make_buried(&mut self, slot: u32) {
         let seq = self.next_bury_seq;
         self.next_bury_seq += 1;
-        self.jobs[slot].buries += 1;
+        self.jobs.bump(slot, Counter::Buries);
         self.bury_at(slot, seq);
     }
 
@@ -493,7 +493,6 @@ impl Engine {
         let job = &mut self.jobs[slot];
         let ready_since = (job.state() == State::Ready).then_some(job.deadline);
         job.set_state(State::Reserved);
-        job.reserves += 1;
         let tube = &mut self.tubes[job.tube];
         tube.reserved += 1;
         if let Some(since) = ready_since {
@@ -505,6 +504,7 @@ impl Engine {
             .age_at_reserve
             .observe(self.now.saturating_sub(job.created));
         self.stats.reserved += 1;
+        self.jobs.bump(slot, Counter::Reserves);
         self.start_ttr(conn, slot);
         // No record: a stored job comes back ready whatever it was doing,
         // so a reserve changes nothing a restart needs. Its count rides on
@@ -531,7 +531,12 @@ impl Engine {
         }
         let job = &self.jobs[slot];
         let tube = &self.tubes[job.tube].name;
-        let image = JobImage::of(job, tube);
+        let image = JobImage::of(
+            job,
+            self.jobs.counts(slot),
+            self.jobs.body_bytes(slot),
+            tube,
+        );
         self.room.charge(Change::Put {
             body: job.body.len(),
             tube: tube.as_bytes().len(),
@@ -548,7 +553,12 @@ impl Engine {
         }
         let job = &self.jobs[slot];
         let tube = &self.tubes[job.tube].name;
-        let image = JobImage::of(job, tube);
+        let image = JobImage::of(
+            job,
+            self.jobs.counts(slot),
+            self.jobs.body_bytes(slot),
+            tube,
+        );
         self.room.charge(Change::Update {
             tube: tube.as_bytes().len(),
         });
@@ -638,7 +648,8 @@ impl Engine {
     /// Tube `t`'s soonest delayed job is due.
     fn delay_ended(&mut self, t: u32) {
         match self.tubes[t].delayed.peek() {
-            Some(ByDeadline { deadline, slot, .. }) if deadline <= self.now => {
+            Some(due) if { due.deadline } <= self.now => {
+                let slot = due.slot;
                 self.take_out(slot);
                 self.make_ready(slot);
             }
@@ -661,7 +672,7 @@ impl Engine {
         if let Some((deadline, slot)) = self.conns[&conn].soonest() {
             if deadline <= self.now {
                 self.unreserve(conn, slot);
-                self.jobs[slot].timeouts += 1;
+                self.jobs.bump(slot, Counter::Timeouts);
                 self.stats.timeouts += 1;
                 // It happens anyway; without room only its record is
                 // skipped (see `room.rs`).

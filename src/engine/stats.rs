@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use sprout_protocol::{Op, TubeName};
 
+use super::counts::Counts;
 use super::host::{self, Host};
 use super::job::{Job, State};
 use super::tube::Tube;
@@ -190,7 +191,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
 }
 
 /// The `stats-job` document.
-pub(super) fn job(job: &Job, tube: &TubeName, file: u64, now: Time) -> Bytes {
+pub(super) fn job(job: &Job, counts: Counts, tube: &TubeName, file: u64, now: Time) -> Bytes {
     let time_left = match job.state() {
         State::Reserved | State::Delayed => seconds_between(now, job.deadline),
         State::Ready | State::Buried => 0,
@@ -209,11 +210,11 @@ pub(super) fn job(job: &Job, tube: &TubeName, file: u64, now: Time) -> Bytes {
         job.ttr,
         time_left,
         file,
-        job.reserves,
-        job.timeouts,
-        job.releases,
-        job.buries,
-        job.kicks,
+        counts.reserves,
+        counts.timeouts,
+        counts.releases,
+        counts.buries,
+        counts.kicks,
     );
     finish(out)
 }

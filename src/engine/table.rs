@@ -1,5 +1,6 @@
-//! Every live job, found by id.
+//! Every live job, found by id, and its body.
 //!
+//! Bodies live in [`Bodies`], packed into slabs; a record holds a handle.
 //! Records live in a slab (`Vec`, freed slots reused), and an open-addressing
 //! index maps ids to slots. The index stores only the 4-byte slot and reads
 //! the id back from the record, so it costs about 8 bytes per job at its
@@ -20,10 +21,13 @@
 //! positions of every entry it moves; kept in 4 bytes per job rather than
 //! in the records, those writes stay within a few cache-resident megabytes.
 
+use std::collections::BTreeMap;
 use std::ops::{Index, IndexMut};
 
 use sprout_protocol::JobId;
 
+use super::bodies::Bodies;
+use super::counts::{Counter, Counts, Packed};
 use super::job::Job;
 
 /// An empty bucket. Buckets hold slot + 1, so a new index is all zeroes:
@@ -44,8 +48,15 @@ const MAX_JOBS: usize = (1 << 30) - 1;
 
 type Slab = Vec<Option<Job>>;
 
+// The record's size is what a held job costs beside its body; keep it so.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Option<Job>>() == 56);
+
 pub(super) struct JobTable {
     slab: Slab,
+    bodies: Bodies,
+    /// By slot: the counts of jobs whose counts outgrew their record's bytes.
+    spilled: BTreeMap<u32, Counts>,
     /// By slot: the job's position in its heap (meaningless for a job in none).
     heap_pos: Vec<u32>,
     free: Vec<u32>,
@@ -142,6 +153,8 @@ impl JobTable {
     pub(super) fn new() -> JobTable {
         JobTable {
             slab: Vec::new(),
+            bodies: Bodies::new(),
+            spilled: BTreeMap::new(),
             heap_pos: Vec::new(),
             free: Vec::new(),
             index: IdIndex::with_log2(MIN_BUCKETS_LOG2),
@@ -166,11 +179,12 @@ impl JobTable {
         self.len >= MAX_JOBS
     }
 
-    /// Stores `job` and returns its slot.
-    pub(super) fn insert(&mut self, job: Job) -> u32 {
+    /// Stores `job` with a copy of `body` and returns its slot.
+    pub(super) fn insert(&mut self, mut job: Job, body: &[u8]) -> u32 {
         if self.index.overfull(self.len + 1) {
             self.grow();
         }
+        job.body = self.bodies.put(body);
         let id = job.id;
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -192,7 +206,52 @@ impl JobTable {
         slot
     }
 
-    /// Forgets the job in `slot` and hands it back.
+    /// The body of the job in `slot`.
+    pub(super) fn body(&self, slot: u32) -> &[u8] {
+        self.bodies.get(self[slot].body)
+    }
+
+    /// A copy of the body of the job in `slot`, for a reply or a record.
+    pub(super) fn body_bytes(&self, slot: u32) -> bytes::Bytes {
+        bytes::Bytes::copy_from_slice(self.body(slot))
+    }
+
+    /// The `stats-job` counters of the job in `slot`.
+    pub(super) fn counts(&self, slot: u32) -> Counts {
+        let packed = self[slot].counts;
+        if packed.is_spilled() {
+            return self.spilled[&slot];
+        }
+        packed.unpack()
+    }
+
+    /// Counts one more of `counter` for the job in `slot`.
+    pub(super) fn bump(&mut self, slot: u32, counter: Counter) {
+        let packed = self[slot].counts;
+        match packed.bumped(counter) {
+            Some(packed) => self[slot].counts = packed,
+            None => {
+                let counts = self.counts(slot).bumped(counter);
+                self.set_counts(slot, counts);
+            }
+        }
+    }
+
+    /// Sets the counters of the job in `slot` (a restored job's).
+    pub(super) fn set_counts(&mut self, slot: u32, counts: Counts) {
+        match counts.pack() {
+            Some(packed) => {
+                self.spilled.remove(&slot);
+                self[slot].counts = packed;
+            }
+            None => {
+                self.spilled.insert(slot, counts);
+                self[slot].counts = Packed::SPILLED;
+            }
+        }
+    }
+
+    /// Forgets the job in `slot` and its body, and hands the record back.
     pub(super) fn remove(&mut self, slot: u32) -> Job {
         let id = self[slot].id;
         let (index, bucket) = match self.index.find(&self.slab, id) {
@@ -206,7 +265,11 @@ impl JobTable {
         index.remove_at(&self.slab, bucket);
         self.len -= 1;
         self.free.push(slot);
-        let job = self.slab[slot as usize].take().expect("live job slot");
+        let mut job = self.slab[slot as usize].take().expect("live job slot");
+        self.bodies.free(std::mem::take(&mut job.body));
+        if job.counts.is_spilled() {
+            self.spilled.remove(&slot);
+        }
         self.migrate(MIGRATE_STEP);
         job
     }
@@ -221,8 +284,8 @@ impl JobTable {
         self.heap_pos[slot as usize] = pos as u32;
     }
 
-    /// Asks the CPU to start loading the record in `slot` (the two cache
-    /// lines a 96-byte record spans), for a read soon after: the heaps call
+    /// Asks the CPU to start loading the record in `slot` (the cache lines
+    /// a 56-byte record spans), for a read soon after: the heaps call
     /// this for a job that has just come to the top, which the next
     /// `reserve` or promotion reads, so that miss overlaps other work. Only
     /// a hint: it changes nothing but timing, and does nothing off x86-64.

@@ -1217,6 +1217,72 @@ fn stats_job_document() {
 }
 
 #[test]
+fn counts_past_a_byte_are_kept_whole() {
+    // A record keeps each count in a byte until one reaches 255; past it
+    // every count moves to the table's side map and goes on counting.
+    let mut e = engine_with(true);
+    let c = e.connect();
+    let id = put_ready(&mut e, c, 0, 0);
+    for n in 1..=300u32 {
+        assert_eq!(reserve(&mut e, c, 0), id);
+        let cmd = if n % 3 == 0 {
+            C::Bury { id, pri: 0 }
+        } else {
+            C::Release {
+                id,
+                pri: 0,
+                delay: Duration::ZERO,
+            }
+        };
+        reply(&mut e, c, cmd, 0);
+        if n % 3 == 0 {
+            assert_eq!(reply(&mut e, c, C::KickJob(id), 0), R::Kicked);
+        }
+    }
+    let doc = yaml(reply(&mut e, c, C::StatsJob(id), 0));
+    for (key, n) in [
+        ("reserves", "300"),
+        ("releases", "200"),
+        ("buries", "100"),
+        ("kicks", "100"),
+    ] {
+        assert_eq!(field(&doc, key), n, "{key}");
+    }
+    // The journal's last image carries them, and a restore brings them back.
+    let journal = e.take_journal();
+    let Some(super::Record::Update(image)) = journal.last() else {
+        panic!("expected an update, got {:?}", journal.last());
+    };
+    assert_eq!(
+        (image.reserves, image.releases, image.buries, image.kicks),
+        (300, 200, 100, 100)
+    );
+    let mut again = engine_with(true);
+    let image = super::JobImage {
+        timeouts: 70_000,
+        ..image.clone()
+    };
+    again.restore(&image);
+    let c2 = again.connect();
+    let doc = yaml(reply(&mut again, c2, C::StatsJob(id), 0));
+    assert_eq!(field(&doc, "timeouts"), "70000");
+    assert_eq!(field(&doc, "kicks"), "100");
+    assert_eq!(reserve(&mut again, c2, 0), id);
+    assert_eq!(job_stat(&mut again, c2, id, "reserves", 0), "301");
+    // A job whose counts fit again after a restore is back in its bytes.
+    let small = super::JobImage {
+        id: id + 1,
+        reserves: 3,
+        timeouts: 0,
+        ..image
+    };
+    again.restore(&small);
+    assert_eq!(job_stat(&mut again, c2, id + 1, "reserves", 0), "3");
+    assert_eq!(reply(&mut again, c2, C::Delete(id), 0), R::Deleted);
+    assert_eq!(reply(&mut again, c2, C::Delete(id + 1), 0), R::Deleted);
+}
+
+#[test]
 fn stats_tube_document() {
     let mut e = engine();
     let (c, w) = (e.connect(), e.connect());
@@ -1306,7 +1372,8 @@ fn job_table_matches_a_hash_map() {
     for _ in 0..50_000 {
         rng = lcg(rng);
         if rng >> 62 != 0 || live.is_empty() {
-            let slot = table.insert(Job::new(next_id, 0, 1, 0, 0, Bytes::new(), 0));
+            let body = table_body(next_id);
+            let slot = table.insert(Job::new(next_id, 0, 1, 0, 0, 0), &body);
             model.insert(next_id, slot);
             live.push(next_id);
             next_id += 1;
@@ -1322,7 +1389,17 @@ fn job_table_matches_a_hash_map() {
     }
     for id in 1..next_id {
         assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
+        if let Some(slot) = table.find(id) {
+            assert_eq!(table.body(slot), &table_body(id)[..], "body of {id}");
+        }
     }
+}
+
+/// A body of its own for job `id`: lengths from empty to past the size
+/// classes, contents that tell jobs apart.
+fn table_body(id: JobId) -> Vec<u8> {
+    let len = [0, 1, 8, 100, 250, 1024, 3000][id as usize % 7];
+    (0..len).map(|i| (id as u8) ^ (i as u8)).collect()
 }
 
 #[test]
@@ -1342,9 +1419,9 @@ fn heaps_match_a_sorted_model() {
         // Grow for the first half, then shrink to nothing.
         let grow = (rng >> 20) % 8 < if round < 30_000 { 5 } else { 2 };
         if grow {
-            let mut job = Job::new(next_id, key as u32, 1, 0, 0, Bytes::new(), 0);
+            let mut job = Job::new(next_id, key as u32, 1, 0, 0, 0);
             job.deadline = key;
-            let slot = table.insert(job);
+            let slot = table.insert(job, b"");
             if which {
                 ready.push(slot, &mut table);
                 ready_model.insert((key as u32, next_id, slot));

@@ -13,6 +13,8 @@
 #   --rounds N      rounds of A then B per scenario (default 3, at least 3)
 #   --quick         about a fifth of the jobs (a run of about two minutes)
 #   --durable       also run with `-b DIR` (default fsync policy) and `-b DIR -f 0`
+#   --fill-only     only the memory rows (fill, ready and delayed)
+#   --fill-jobs N   jobs each fill holds (default 1,000,000; 200,000 with --quick)
 #   --out FILE      keep the raw JSON lines here (default: a temporary file)
 # Each server is started as `CMD -l 127.0.0.1 -p PORT [-b DIR [-f 0]]`, so any
 # beanstalkd-compatible server taking those flags (tuber, another rewrite) can
@@ -26,6 +28,8 @@ b_cmd=/usr/bin/beanstalkd
 rounds=3
 scale=5
 durable=false
+fill_only=false
+fill_jobs=""
 out=""
 
 while (($#)); do
@@ -35,6 +39,8 @@ while (($#)); do
         --rounds) rounds=$2; shift 2 ;;
         --quick) scale=1; shift ;;
         --durable) durable=true; shift ;;
+        --fill-only) fill_only=true; shift ;;
+        --fill-jobs) fill_jobs=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -147,6 +153,8 @@ scenario() {
 k=$((20000 * scale)) # jobs of a quick put; the default run has 5x as many
 echo "A: $a_cmd" >&2
 echo "B: $b_cmd" >&2
+fill_jobs=${fill_jobs:-$((10 * k))}
+if ! $fill_only; then
 scenario memory "put, 50 conns" put --conns 50 --jobs $((5 * k))
 scenario memory "put, 1 conn pipelined" put --conns 1 --jobs $((5 * k))
 # What a client that waits for each reply (most do) sees.
@@ -157,9 +165,10 @@ scenario memory "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 -
 # servers sustain it is the servers' own.
 scenario memory "pingpong at 20k jobs/s" pingpong --producers 25 --consumers 25 --jobs $k --rate 20000
 scenario memory "delayed 10k, 1 s" delayed --jobs 10000 --delay 1 --rate 10000
-scenario memory "fill, ready" fill --conns 50 --jobs $((10 * k))
-scenario memory "fill, delayed" fill --conns 50 --jobs $((10 * k)) --delay 3600
-if $durable; then
+fi
+scenario memory "fill, ready" fill --conns 50 --jobs "$fill_jobs"
+scenario memory "fill, delayed" fill --conns 50 --jobs "$fill_jobs" --delay 3600
+if $durable && ! $fill_only; then
     for mode in durable fsync0; do
         if [[ $mode == fsync0 ]]; then n=$((k / 5)); else n=$((5 * k)); fi
         scenario $mode "put, 50 conns" put --conns 50 --jobs $n

@@ -3,8 +3,8 @@
 //! real pinned nats-server on a 3-node cluster: if an upgrade changes one,
 //! a test here fails. Each prints what it saw (`--nocapture`).
 //!
-//! The read-rate measurement is a benchmark, so it is `#[ignore]`d: run it
-//! alone under the exclusive CPU lock:
+//! The read rate and the write pause after a leader goes are timings, so
+//! they are `#[ignore]`d: run them alone under the exclusive CPU lock:
 //! `flock -x /work/team/cpu.lock cargo test --release --test nats_facts -- --ignored --nocapture`.
 
 mod common;
@@ -688,4 +688,62 @@ async fn read_rate_100k_4kib() {
         "pull (no acks, batch 1000) read {n} in {r:?}: {:.0} msg/s",
         n as f64 / r.as_secs_f64()
     );
+}
+
+/// How long writes stop when the stream's leader goes: kill -9 or SIGTERM,
+/// 3 rounds each (the node comes back between rounds). A timing, so
+/// `#[ignore]`d: run alone under the exclusive CPU lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a timing: run alone under flock -x"]
+async fn write_pause_when_the_stream_leader_goes() {
+    let Some((mut cluster, client, _stream)) =
+        setup("write_pause_when_the_stream_leader_goes", "WP", -1).await
+    else {
+        return;
+    };
+    let js = jetstream::new(client);
+    for round in 0..6 {
+        let graceful = round % 2 == 1;
+        js.publish("WP.x", "warm".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let leader = cluster
+            .wait_stream_leader("WP", Duration::from_secs(10))
+            .expect("a leader");
+        let gone = Instant::now();
+        if graceful {
+            cluster.stop(leader);
+        } else {
+            cluster.kill9(leader);
+        }
+        let mut failures = 0;
+        loop {
+            let attempt = async {
+                js.publish("WP.x", "after".into())
+                    .await?
+                    .await
+                    .map_err(async_nats::Error::from)
+            };
+            match tokio::time::timeout(Duration::from_secs(6), attempt).await {
+                Ok(Ok(_)) => break,
+                _ => {
+                    failures += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+            assert!(
+                gone.elapsed() < Duration::from_secs(60),
+                "no write within 60 s"
+            );
+        }
+        eprintln!(
+            "round {round}: {} of the leader: first write acked {:?} later ({failures} failed tries)",
+            if graceful { "SIGTERM" } else { "kill -9" },
+            gone.elapsed()
+        );
+        cluster.start_again(leader);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }

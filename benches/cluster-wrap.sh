@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Starts a sprout cluster leader on three fresh nats-server nodes (loopback,
+# `sync_interval: always`, R3): compare.sh's A side for cluster mode
+# (`--a-cmd benches/cluster-wrap.sh`). Takes compare.sh's `-l ADDR -p PORT`
+# and ignores `-b DIR` and `-f MS` (a cluster reply always waits for a
+# quorum of the NATS servers), so compare.sh's fsync0 rows compare it with
+# the other side's `-f 0`. exec keeps the pid sprout's, so compare.sh's CPU
+# figures are sprout's alone: the NATS servers' CPU is not counted. The NATS
+# servers and their files go when sprout does.
+# SPROUT: the binary (default: this tree's release build); NATS_SERVER: the
+# nats-server (default: target/nats/bin/nats-server, from tests/run.sh).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+sprout=${SPROUT:-${CARGO_TARGET_DIR:-$here/target}/release/sprout}
+nats=${NATS_SERVER:-$here/target/nats/bin/nats-server}
+args=()
+while (($#)); do
+    case $1 in
+        -b | -f) shift 2 ;;
+        *) args+=("$1"); shift ;;
+    esac
+done
+free_port() {
+    local port
+    for _ in $(seq 100); do
+        port=$((12000 + RANDOM % 20000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return
+        fi
+    done
+    return 1
+}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cluster-wrap.XXXXXX")
+client=() route=() monitor=()
+for i in 0 1 2; do
+    client+=("$(free_port)") route+=("$(free_port)") monitor+=("$(free_port)")
+done
+routes="nats://127.0.0.1:${route[0]}, nats://127.0.0.1:${route[1]}, nats://127.0.0.1:${route[2]}"
+pids=()
+for i in 0 1 2; do
+    mkdir -p "$dir/n$i"
+    cat >"$dir/n$i.conf" <<EOF
+server_name: n$i
+listen: 127.0.0.1:${client[$i]}
+http: 127.0.0.1:${monitor[$i]}
+cluster { name: bench, listen: 127.0.0.1:${route[$i]}, routes: [$routes] }
+jetstream { store_dir: "$dir/n$i", sync_interval: always }
+EOF
+    "$nats" -c "$dir/n$i.conf" >"$dir/n$i.log" 2>&1 &
+    pids+=($!)
+done
+for i in 0 1 2; do
+    for _ in $(seq 300); do
+        curl -sf "http://127.0.0.1:${monitor[$i]}/healthz" >/dev/null && break
+        sleep 0.05
+    done
+done
+server=$$
+(
+    while kill -0 "$server" 2>/dev/null; do sleep 0.2; done
+    kill -9 "${pids[@]}" 2>/dev/null
+    wait 2>/dev/null
+    rm -rf "$dir"
+) </dev/null >/dev/null 2>&1 &
+urls="nats://127.0.0.1:${client[0]},nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]}"
+exec "$sprout" --cluster "$urls" --node-id bench "${args[@]}"

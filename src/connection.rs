@@ -153,7 +153,13 @@ where
                     Outcome::Reply(rejected.error.into())
                 }
             };
-            let seq = state.submit();
+            let named = match &outcome {
+                Outcome::Reply(r @ (Response::Reserved { .. } | Response::Found { .. })) => {
+                    named_id(r)
+                }
+                _ => None,
+            };
+            let seq = state.submit_naming(named);
             match outcome {
                 Outcome::Reply(response) => {
                     size += approximate_len(&response);

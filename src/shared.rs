@@ -13,7 +13,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use sprout_protocol::Response;
+use sprout_protocol::{JobId, Response};
 use tokio::sync::mpsc;
 
 use crate::alarm::Alarm;
@@ -109,9 +109,22 @@ impl Locked<'_> {
     /// `-f 0` no client may see a job (or a count) a crash could take back.
     /// (0 if nothing was ever submitted.)
     pub fn submit(&mut self) -> Seq {
+        self.submit_naming(None)
+    }
+
+    /// [`Locked::submit`] for an answer that names job `job` (a `reserve`
+    /// or `peek` hands it out): when the command wrote nothing and the
+    /// store can tell where that job's put is, the answer waits for that
+    /// put alone, not for everybody's latest change (in cluster mode a
+    /// wait costs a round trip to a quorum).
+    pub fn submit_naming(&mut self, job: Option<JobId>) -> Seq {
         let records = self.guard.engine.take_journal();
         if records.is_empty() {
-            return self.guard.last_seq;
+            let last = self.guard.last_seq;
+            return match job.and_then(|id| self.shared.store.put_of(id)) {
+                Some(put) => put.min(last),
+                None => last,
+            };
         }
         let seq = self.shared.store.submit(records);
         self.guard.last_seq = seq;

@@ -22,7 +22,7 @@ use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
 use async_nats::Client;
 use bytes::Bytes;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sprout_protocol::JobId;
 use tokio::sync::{watch, Notify};
 
@@ -52,6 +52,25 @@ const IDLE: Duration = Duration::from_secs(1);
 struct Queue {
     last: Seq,
     groups: Vec<(Seq, Vec<Record>)>,
+    /// Puts not acknowledged yet, by job and in submission order: an
+    /// answer that hands such a job out waits for its put alone.
+    puts: FxHashMap<JobId, Seq>,
+    put_order: VecDeque<(Seq, JobId)>,
+}
+
+impl Queue {
+    /// Forgets the puts of submissions up to `seq`: the stream has them.
+    fn acknowledged(&mut self, seq: Seq) {
+        while let Some(&(s, id)) = self.put_order.front() {
+            if s > seq {
+                break;
+            }
+            self.put_order.pop_front();
+            if self.puts.get(&id) == Some(&s) {
+                self.puts.remove(&id);
+            }
+        }
+    }
 }
 
 pub struct ClusterStore {
@@ -113,6 +132,12 @@ impl Store for ClusterStore {
         q.last += 1;
         let seq = q.last;
         if self.leading.load(Ordering::Acquire) {
+            for record in &records {
+                if let Record::Put(image) = record {
+                    q.puts.insert(image.id, seq);
+                    q.put_order.push_back((seq, image.id));
+                }
+            }
             q.groups.push((seq, records));
             drop(q);
             self.wake.notify_one();
@@ -145,6 +170,10 @@ impl Store for ClusterStore {
 
     fn file(&self) -> u32 {
         0
+    }
+
+    fn put_of(&self, id: JobId) -> Option<Seq> {
+        Some(self.queue().puts.get(&id).copied().unwrap_or(0))
     }
 
     fn close(&self) {
@@ -263,6 +292,7 @@ impl Writer {
                     }
                     let done = flying.pop_front().expect("the oldest batch");
                     if let Some(last) = done.last {
+                        self.store.queue().acknowledged(last);
                         self.store.progress.send_modify(|p| {
                             p.written = last;
                             p.synced = last;

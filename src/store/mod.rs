@@ -160,6 +160,13 @@ pub trait Store: Send + Sync {
         room.bytes.saturating_add(room.spare) >= room.kept
     }
 
+    /// Where job `id`'s put is: `Some(seq)` if it is still on its way
+    /// (submission `seq`), `Some(0)` if it is stored; `None` if this store
+    /// does not tell (then an answer naming the job waits for everything).
+    fn put_of(&self, _id: JobId) -> Option<Seq> {
+        None
+    }
+
     /// Writes and makes durable everything submitted (at shutdown).
     fn close(&self);
 }
@@ -196,6 +203,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn healthy(&self) -> bool {
         (**self).healthy()
+    }
+
+    fn put_of(&self, id: JobId) -> Option<Seq> {
+        (**self).put_of(id)
     }
 
     fn close(&self) {

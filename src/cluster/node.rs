@@ -164,6 +164,27 @@ pub async fn run(
     }
 }
 
+/// How long a takeover waits for the next message of a stream known to
+/// hold more before it tails the stream again.
+const STALLED: Duration = Duration::from_secs(2);
+
+/// The stream's messages from sequence `from` on, in order.
+async fn tail(stream: &Stream, from: u64) -> Result<jetstream::consumer::pull::Ordered, String> {
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: from,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("cannot read the stream: {e}"))?;
+    consumer
+        .messages()
+        .await
+        .map_err(|e| format!("cannot read the stream: {e}"))
+}
+
 /// A standby's tail of the stream into its engine replica.
 struct Follower {
     messages: jetstream::consumer::pull::Ordered,
@@ -186,14 +207,6 @@ impl Follower {
         shared: Arc<Shared>,
         role: watch::Sender<Role>,
     ) -> Result<Follower, String> {
-        let consumer = node
-            .stream
-            .create_consumer(OrderedConfig {
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| format!("cannot read the stream: {e}"))?;
         let caught_up = node
             .stream
             .get_info()
@@ -202,10 +215,7 @@ impl Follower {
             .state
             .messages
             == 0;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| format!("cannot read the stream: {e}"))?;
+        let messages = tail(&node.stream, 1).await?;
         let follower = Follower {
             messages,
             pages: Pages::default(),
@@ -220,6 +230,14 @@ impl Follower {
         let standby = follower.stats("standby");
         follower.shared.lock().engine.set_cluster(standby);
         Ok(follower)
+    }
+
+    /// Tails the stream again from the message after the last applied:
+    /// an ordered consumer lives on one NATS server, and one on a server
+    /// that died may stall until its heartbeats run out.
+    async fn tail_again(&mut self, stream: &Stream) -> Result<(), String> {
+        self.messages = tail(stream, self.pages.last_seq + 1).await?;
+        Ok(())
     }
 
     /// Applies the next message of the stream.
@@ -285,7 +303,13 @@ impl Follower {
                 .state
                 .last_sequence;
             while self.pages.last_seq < end {
-                self.next().await?;
+                match tokio::time::timeout(STALLED, self.next()).await {
+                    Ok(applied) => applied?,
+                    Err(_) => {
+                        tracing::warn!("the stream's tail stalled: reading it again");
+                        self.tail_again(&node.stream).await?;
+                    }
+                }
             }
             if held.standing() != Standing::Fresh {
                 held.renew().await.map_err(|d| d.0)?;

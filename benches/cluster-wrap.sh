@@ -56,12 +56,15 @@ for i in 0 1 2; do
         sleep 0.05
     done
 done
-server=$$
-(
-    while kill -0 "$server" 2>/dev/null; do sleep 0.2; done
-    kill -9 "${pids[@]}" 2>/dev/null
-    wait 2>/dev/null
+# The watcher gets a session of its own, so that a kill of sprout's process
+# group (as compare.sh may send) leaves it to remove the NATS servers.
+setsid bash -c '
+    while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
+    shift
+    dir=$1
+    shift
+    kill -9 "$@" 2>/dev/null
     rm -rf "$dir"
-) </dev/null >/dev/null 2>&1 &
+' watcher "$$" "$dir" "${pids[@]}" </dev/null >/dev/null 2>&1 &
 urls="nats://127.0.0.1:${client[0]},nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]}"
 exec "$sprout" --cluster "$urls" --node-id bench "${args[@]}"

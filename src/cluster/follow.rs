@@ -13,14 +13,14 @@
 //! live images out of its oldest pages.
 
 use bytes::Bytes;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use sprout_protocol::JobId;
 
 use super::meta::Meta;
 use super::subjects::Subject;
 use crate::engine::JobImage;
-use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Slot};
+use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Packed, Slot};
 
 /// What the engine replica must do for a message.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,6 +42,25 @@ pub struct Pages {
 }
 
 impl Pages {
+    /// A leader's side: keeps what `packed` (made from `self.log`) changes
+    /// and returns the messages that make the stream say the same, in
+    /// order: the new pages, then an empty message for each slot freed and
+    /// not refilled.
+    pub fn keep(&mut self, packed: Packed) -> Vec<(Slot, Bytes)> {
+        let mut messages = Vec::with_capacity(packed.pages.len() + packed.freed.len());
+        let written: FxHashSet<Slot> = packed.pages.iter().map(|(slot, _)| *slot).collect();
+        for (slot, page) in packed.pages {
+            let page = Bytes::from(page);
+            self.by_slot.insert(slot, page.clone());
+            messages.push((slot, page));
+        }
+        for slot in packed.freed.into_iter().filter(|s| !written.contains(s)) {
+            self.by_slot.remove(&slot);
+            messages.push((slot, Bytes::new()));
+        }
+        messages
+    }
+
     /// Applies the message at stream sequence `seq`.
     pub fn apply(
         &mut self,
@@ -85,5 +104,85 @@ impl Pages {
         }
         self.by_slot.insert(slot, payload);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Record;
+    use crate::store::{pack, test_image};
+    use std::collections::BTreeMap;
+
+    /// Applies `messages` as stream messages from sequence `seq` on, and
+    /// what they change to `jobs` (the engine replica's view).
+    fn follow(
+        f: &mut Pages,
+        seq: &mut u64,
+        messages: Vec<(Slot, Bytes)>,
+        jobs: &mut BTreeMap<JobId, JobImage>,
+    ) {
+        let mut changes = Vec::new();
+        for (slot, page) in messages {
+            *seq += 1;
+            f.apply(*seq, Subject::Page(slot), page, &mut changes)
+                .unwrap();
+            for change in changes.drain(..) {
+                match change {
+                    Change::Job(image) => _ = jobs.insert(image.id, image),
+                    Change::Deleted(id) => _ = jobs.remove(&id),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_standby_following_the_leaders_batches_holds_its_jobs_and_pages() {
+        let mut leader = Pages::default();
+        let mut standby = Pages::default();
+        let mut jobs = BTreeMap::new();
+        let mut seq = 0;
+        let mut batches: Vec<Vec<Record>> = Vec::new();
+        // Big jobs, then most of them deleted one batch at a time: the log
+        // goes over its bound, and cleaning moves images and frees slots.
+        batches.extend((1..=200).map(|id| vec![Record::Put(test_image(id, 10_000))]));
+        batches.extend((3..=200).map(|id| vec![Record::Delete(id)]));
+        let mut changed = test_image(2, 10_000);
+        changed.pri = 7;
+        batches.push(vec![Record::Update(changed.clone())]);
+        batches.extend((0..20).map(|_| Vec::new()));
+        let mut freed = 0;
+        for records in &batches {
+            let Pages { log, by_slot, .. } = &mut leader;
+            let packed = pack(log, records, 200, |slot| {
+                Ok(by_slot.get(&slot).map(|p| p.to_vec()))
+            })
+            .unwrap();
+            freed += packed.freed.len();
+            let messages = leader.keep(packed);
+            follow(&mut standby, &mut seq, messages, &mut jobs);
+        }
+        assert!(freed > 50, "only {freed} slots freed");
+        assert_eq!(jobs.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(jobs[&2], changed);
+        assert_eq!(standby.by_slot, leader.by_slot);
+        assert_eq!(standby.log.sizes(), leader.log.sizes());
+        assert_eq!(standby.last_seq, seq);
+
+        let meta = Meta {
+            epoch: 3,
+            ids_below: 201,
+            node: "n".into(),
+            addr: "a:1".into(),
+        };
+        let mut changes = Vec::new();
+        standby
+            .apply(seq + 1, Subject::Meta, meta.encode().into(), &mut changes)
+            .unwrap();
+        assert_eq!((standby.meta.clone(), changes.len()), (meta, 0));
+        let junk = Bytes::from_static(b"\x09not a page");
+        assert!(standby
+            .apply(seq + 2, Subject::Page(0), junk, &mut changes)
+            .is_err());
     }
 }

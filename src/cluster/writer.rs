@@ -22,7 +22,7 @@ use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
 use async_nats::Client;
 use bytes::Bytes;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 use tokio::sync::{watch, Notify};
 
@@ -323,17 +323,12 @@ impl Writer {
             Ok(by_slot.get(&slot).map(|page| page.to_vec()))
         })
         .map_err(|e| format!("cannot pack a batch: {e}"))?;
-        let mut messages = Vec::with_capacity(packed.pages.len() + packed.freed.len() + 1);
-        let written: FxHashSet<_> = packed.pages.iter().map(|(slot, _)| *slot).collect();
-        for (slot, page) in packed.pages {
-            let page = Bytes::from(page);
-            by_slot.insert(slot, page.clone());
-            messages.push((self.subjects.page(slot), page));
-        }
-        for slot in packed.freed.into_iter().filter(|s| !written.contains(s)) {
-            by_slot.remove(&slot);
-            messages.push((self.subjects.page(slot), Bytes::new()));
-        }
+        let mut messages: Vec<(String, Bytes)> = self
+            .pages
+            .keep(packed)
+            .into_iter()
+            .map(|(slot, page)| (self.subjects.page(slot), page))
+            .collect();
         let top = records()
             .filter_map(|r| match r {
                 Record::Put(image) => Some(image.id + 1),

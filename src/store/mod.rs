@@ -57,9 +57,11 @@ mod slots;
 
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.
+#[cfg(test)]
+pub(crate) use entry::tests::image as test_image;
 pub(crate) use entry::Kind as EntryKind;
 pub(crate) use log::Log;
-pub(crate) use pack::pack;
+pub(crate) use pack::{pack, Packed};
 pub(crate) use page::read as page_entries;
 pub(crate) use record::{decode_job, Corrupt};
 pub(crate) use slots::Slot;

@@ -119,20 +119,29 @@ pub async fn run(
 ) -> Result<(), String> {
     let mut follower = Follower::start(&node, shared.clone(), role.clone()).await?;
     let poll = node.lease.timing().poll_every;
-    let held = loop {
-        tokio::select! {
-            message = follower.next() => message?,
-            _ = tokio::time::sleep(poll), if follower.caught_up => {
-                match node.lease.try_acquire(&node.options.node, &node.options.advertise).await {
-                    Ok(Some(held)) => break held,
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!("{e}"),
+    let (pages, mut held) = loop {
+        let mut held = loop {
+            tokio::select! {
+                message = follower.next() => message?,
+                _ = tokio::time::sleep(poll), if follower.caught_up => {
+                    match node.lease.try_acquire(&node.options.node, &node.options.advertise).await {
+                        Ok(Some(held)) => break held,
+                        // Someone leads: pass clients to whoever the lease
+                        // names (the tail may lag, or stall on a dead
+                        // NATS server, behind a takeover).
+                        Ok(None) => follower.follow_lease(&node.lease).await,
+                        Err(e) => tracing::warn!("{e}"),
+                    }
                 }
             }
+        };
+        // A takeover that NATS cannot finish now (an election) is given
+        // up, and this node goes on following: it serves nothing yet.
+        match follower.claim(&node, &mut held).await {
+            Ok(()) => break (std::mem::take(&mut follower.pages), held),
+            Err(why) => tracing::warn!("takeover given up: {why}"),
         }
     };
-    let mut held = held;
-    let pages = follower.claim(&node, &mut held).await?;
     let meta = pages.meta.clone();
     let mut writer = Writer {
         store,
@@ -280,6 +289,22 @@ impl Follower {
         Ok(())
     }
 
+    /// Passes clients to the lease's holder, if it is another node than
+    /// the one the stream named last.
+    async fn follow_lease(&mut self, lease: &Lease) {
+        let Ok(Some(holder)) = lease.current().await else {
+            return;
+        };
+        let leader = Some(holder.addr).filter(|a| *a != self.own_addr);
+        if *self.role.borrow()
+            != (Role::Standby {
+                leader: leader.clone(),
+            })
+        {
+            self.role.send_replace(Role::Standby { leader });
+        }
+    }
+
     /// What `stats` shows, as of the last meta message.
     fn stats(&self, role: &'static str) -> ClusterStats {
         ClusterStats {
@@ -292,16 +317,18 @@ impl Follower {
     }
 
     /// Reads the stream to its end and claims it (see the module docs);
-    /// gives the pages up to the new leader's writer.
-    async fn claim(mut self, node: &Connected, held: &mut Held) -> Result<Pages, String> {
+    /// the pages are then the new leader's writer's.
+    async fn claim(&mut self, node: &Connected, held: &mut Held) -> Result<(), String> {
         loop {
-            let end = node
-                .stream
-                .get_info()
-                .await
-                .map_err(|e| format!("cannot read the stream's end: {e}"))?
-                .state
-                .last_sequence;
+            let end = match node.stream.get_info().await {
+                Ok(info) => info.state.last_sequence,
+                Err(e) if held.standing() != Standing::Deposed => {
+                    tracing::warn!("cannot read the stream's end, trying again: {e}");
+                    tokio::time::sleep(held.timing().poll_every).await;
+                    continue;
+                }
+                Err(e) => return Err(format!("cannot read the stream's end: {e}")),
+            };
             while self.pages.last_seq < end {
                 match tokio::time::timeout(STALLED, self.next()).await {
                     Ok(applied) => applied?,
@@ -331,7 +358,10 @@ impl Follower {
                     state.engine.set_cluster(self.stats("leader"));
                     state.engine.reserve_ids_below(self.pages.meta.ids_below);
                     drop(state);
-                    return Ok(self.pages);
+                    return Ok(());
+                }
+                Err(e) if held.standing() == Standing::Deposed => {
+                    return Err(format!("the lease ran out while claiming: {}", e.why()))
                 }
                 Err(e) => tracing::warn!("claim refused, reading on: {}", e.why()),
             }

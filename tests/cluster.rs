@@ -337,14 +337,23 @@ fn check(sprouts: &Sprouts, told: &Told) {
     );
 }
 
+/// Three NATS servers, three sprout nodes of cluster `name` agreed on a
+/// leader, and producers and a consumer at work; `None` without a NATS
+/// server (see the harness). Also the leader's index.
+fn under_load(test: &str, name: &str) -> Option<(NatsCluster, Sprouts, Load, usize)> {
+    let nats = NatsCluster::start(3, test)?;
+    let sprouts = Sprouts::start(&nats, name, 3);
+    let leader = sprouts.wait_leader(Duration::from_secs(30));
+    let load = Load::start(&sprouts.ports, 2);
+    Some((nats, sprouts, load, leader))
+}
+
 #[test]
 fn a_killed_leader_is_replaced_and_no_acknowledged_job_is_lost() {
-    let Some(nats) = NatsCluster::start(3, "a_killed_leader_is_replaced") else {
+    let Some((_nats, mut sprouts, load, _)) = under_load("a_killed_leader_is_replaced", "failover")
+    else {
         return;
     };
-    let mut sprouts = Sprouts::start(&nats, "failover", 3);
-    sprouts.wait_leader(Duration::from_secs(30));
-    let load = Load::start(&sprouts.ports, 2);
     thread::sleep(Duration::from_millis(1500));
     let mut times = Vec::new();
     // 2 in CI; `SPROUT_CLUSTER_KILLS=N` for a distribution by hand.
@@ -381,12 +390,10 @@ fn a_killed_leader_is_replaced_and_no_acknowledged_job_is_lost() {
 
 #[test]
 fn a_frozen_leader_is_fenced_once_another_has_taken_over() {
-    let Some(nats) = NatsCluster::start(3, "a_frozen_leader_is_fenced") else {
+    let Some((_nats, mut sprouts, load, old)) = under_load("a_frozen_leader_is_fenced", "fencing")
+    else {
         return;
     };
-    let mut sprouts = Sprouts::start(&nats, "fencing", 3);
-    let old = sprouts.wait_leader(Duration::from_secs(30));
-    let load = Load::start(&sprouts.ports, 2);
     thread::sleep(Duration::from_millis(800));
     sprouts.nodes[old].as_ref().unwrap().signal(libc::SIGSTOP);
     // Another node leads (asked through one that is not frozen).
@@ -420,12 +427,10 @@ fn a_frozen_leader_is_fenced_once_another_has_taken_over() {
 
 #[test]
 fn a_whole_cluster_killed_comes_back_from_the_stream() {
-    let Some(nats) = NatsCluster::start(3, "a_whole_cluster_killed") else {
+    let Some((_nats, mut sprouts, load, _)) = under_load("a_whole_cluster_killed", "coldstart")
+    else {
         return;
     };
-    let mut sprouts = Sprouts::start(&nats, "coldstart", 3);
-    sprouts.wait_leader(Duration::from_secs(30));
-    let load = Load::start(&sprouts.ports, 2);
     thread::sleep(Duration::from_millis(1500));
     for i in 0..3 {
         sprouts.kill9(i);
@@ -441,12 +446,9 @@ fn a_whole_cluster_killed_comes_back_from_the_stream() {
 /// Kills the NATS node that leads `stream` under load, then checks that
 /// puts are acknowledged again and nothing acknowledged is lost.
 fn lose_the_nats_node_leading(test: &str, name: &str, stream: &str) {
-    let Some(mut nats) = NatsCluster::start(3, test) else {
+    let Some((mut nats, sprouts, load, _)) = under_load(test, name) else {
         return;
     };
-    let sprouts = Sprouts::start(&nats, name, 3);
-    sprouts.wait_leader(Duration::from_secs(30));
-    let load = Load::start(&sprouts.ports, 2);
     thread::sleep(Duration::from_millis(1000));
     let leader = nats
         .wait_stream_leader(stream, Duration::from_secs(10))

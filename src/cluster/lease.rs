@@ -24,6 +24,7 @@
 //! a standby takes over 1.62 s after the last renewal was sent; waiting for
 //! `max_age` alone took 1.85 s (the servers free the key ~350 ms late).
 
+use super::subjects::Subjects;
 use std::time::Duration;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
@@ -123,18 +124,10 @@ pub fn replicas(cluster_nodes: usize) -> usize {
     cluster_nodes.clamp(1, 3)
 }
 
-/// The bucket holding cluster `cluster`'s lease.
+/// The bucket holding cluster `cluster`'s lease (a name `subjects.rs`
+/// accepts).
 pub fn bucket_name(cluster: &str) -> Result<String, String> {
-    let valid = !cluster.is_empty()
-        && cluster
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !valid {
-        return Err(format!(
-            "cluster name {cluster:?} must be letters, digits, '-' or '_'"
-        ));
-    }
-    Ok(format!("sprout-{cluster}-lease"))
+    Subjects::new(cluster).map(|s| format!("sprout-{}-lease", s.name()))
 }
 
 /// Who holds the lease (the key's value, JSON).

@@ -24,7 +24,6 @@
 //! a standby takes over 1.62 s after the last renewal was sent; waiting for
 //! `max_age` alone took 1.85 s (the servers free the key ~350 ms late).
 
-use super::subjects::Subjects;
 use std::time::Duration;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
@@ -32,6 +31,8 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+
+use super::subjects::Subjects;
 
 /// The key inside the bucket.
 const KEY: &str = "leader";

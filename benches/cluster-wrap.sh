@@ -20,17 +20,7 @@ while (($#)); do
         *) args+=("$1"); shift ;;
     esac
 done
-free_port() {
-    local port
-    for _ in $(seq 100); do
-        port=$((12000 + RANDOM % 20000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return
-        fi
-    done
-    return 1
-}
+source "$here/benches/servers.sh"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cluster-wrap.XXXXXX")
 client=() route=() monitor=()
 for i in 0 1 2; do

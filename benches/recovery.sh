@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# recovery.sh: how long beanstalk servers take to come back after kill -9
+# holding many jobs, side by side.
+#
+# Each round, for each server in turn: a fresh `-b DIR`, `load fill` puts the
+# jobs (100-byte bodies, 50 connections), kill -9, then the server is
+# started again on DIR and timed from exec until `stats` answers with every
+# job ready. Also reports the CPU time it used until then (threads
+# included), its RSS then and the directory's size. The machine is shared:
+# the CPU time is the figure other work moves least.
+#
+# Usage: benches/recovery.sh [--jobs N] [--rounds R] [--out FILE] CMD...
+#   CMD       a server taking beanstalkd's `-l ADDR -p PORT -b DIR` (quote
+#             extra flags with it: 'sprout -f 0'); the first is the baseline
+#             of the ratios. Default: this tree's release sprout,
+#             beanstalkd 1.12 (/usr/bin/beanstalkd).
+#   --jobs    jobs held at the kill (default 1,000,000)
+#   --rounds  rounds of every server in turn (default 3)
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+jobs=1000000
+rounds=3
+out=""
+cmds=()
+while (($#)); do
+    case $1 in
+        --jobs) jobs=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "recovery.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) cmds+=("$1"); shift ;;
+    esac
+done
+cd "$repo"
+if ((${#cmds[@]} == 0)); then
+    cargo build --release --quiet
+    cmds=("$target/release/sprout" /usr/bin/beanstalkd)
+fi
+load=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
+[[ -x $load ]] || { echo "recovery.sh: could not build the load tool" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/recovery.XXXXXX")
+server_pid=""
+trap '[[ -z $server_pid ]] || kill -9 "$server_pid" 2>/dev/null; rm -rf "$work"' EXIT
+out=${out:-$work/results.jsonl}
+: >"$out"
+source "$repo/benches/servers.sh"
+
+for round in $(seq "$rounds"); do
+    for side in "${!cmds[@]}"; do
+        cmd=${cmds[$side]}
+        rm -rf "$work/data" && mkdir -p "$work/data"
+        start_server "$cmd" -b "$work/data"
+        "$load" fill --conns 50 --jobs "$jobs" --addr "127.0.0.1:$port" >/dev/null
+        stop_server KILL
+        port=$(free_port)
+        # Started and timed by Python, so the clock starts at exec.
+        python3 - "$cmd" "$port" "$work/data" "$jobs" "$side" "$round" >>"$out" <<'PY'
+import json, os, shlex, socket, subprocess, sys, time
+cmd, port, data, jobs, side, round_ = sys.argv[1:]
+argv = shlex.split(cmd) + ["-l", "127.0.0.1", "-p", port, "-b", data]
+start = time.monotonic()
+server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def ready():
+    """True once `stats` says every job is ready (its reply: OK <bytes>, YAML)."""
+    try:
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=5) as s:
+            s.sendall(b"stats\r\n")
+            got = b""
+            while b"\r\n" not in got or len(got) < got.index(b"\r\n") + 2 + int(got.split()[1]) + 2:
+                more = s.recv(65536)
+                if not more:
+                    return False
+                got += more
+    except (OSError, IndexError, ValueError):
+        return False
+    for line in got.decode().splitlines():
+        if line.startswith("current-jobs-ready:"):
+            return int(line.split(":")[1]) >= int(jobs)
+    return False
+while not ready():
+    if server.poll() is not None:
+        sys.exit(f"recovery.sh: {cmd} exited with {server.returncode}")
+    time.sleep(0.005)
+secs = time.monotonic() - start
+stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+rss = next(int(l.split()[1]) for l in open(f"/proc/{server.pid}/status") if l.startswith("VmRSS:"))
+disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
+server.kill()
+server.wait()
+print(json.dumps({"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "rss_kb": rss, "disk": disk}))
+PY
+        printf '.' >&2
+    done
+done
+echo >&2
+
+python3 - "$out" "${cmds[@]}" <<'EOF'
+import json, statistics, sys
+path, *cmds = sys.argv[1:]
+runs = [json.loads(l) for l in open(path)]
+by = {}
+for r in runs:
+    by.setdefault(r["side"], {})[r["round"]] = r
+base = by[0]
+print(f"{len(base)} rounds; recovery = exec until `stats` shows every job ready; ratio to the first server per round (min–max)\n")
+print("| server | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB |")
+print("|---|---:|---|---:|---|---:|---:|")
+for side, cmd in enumerate(cmds):
+    rs = by.get(side, {})
+    secs = [r["secs"] for r in rs.values()]
+    cpu = [r["cpu"] for r in rs.values()]
+    def ratio(key):
+        per = [rs[i][key] / base[i][key] for i in rs if i in base and base[i][key]]
+        return f"{statistics.median(per):.2f} ({min(per):.2f}–{max(per):.2f})" if per else "–"
+    print(f"| `{cmd}` | {statistics.median(secs):.2f} ({min(secs):.2f}–{max(secs):.2f}) "
+          f"| {ratio('secs')} | {statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) "
+          f"| {ratio('cpu')} "
+          f"| {statistics.median(r['rss_kb'] for r in rs.values()) / 1024:.0f} "
+          f"| {statistics.median(r['disk'] for r in rs.values()) / 2**20:.0f} |")
+EOF

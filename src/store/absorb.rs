@@ -48,6 +48,7 @@ use super::blobs::Blobs;
 use super::log::Log;
 use super::page;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
+use super::whole::Marker;
 use super::{pack, segment, Progress, Seq};
 use crate::engine::{BinlogStats, Record};
 
@@ -106,6 +107,10 @@ pub struct Absorber {
     pub broken: Option<String>,
     /// The last frame sled holds durably.
     pub flushed: u64,
+    /// Whether sled is known to hold all its commit key says (`whole.rs`).
+    pub whole: Marker,
+    /// Whether the last window waited for disk space.
+    pub low_disk: bool,
 }
 
 #[derive(Default)]
@@ -164,6 +169,12 @@ impl Absorber {
                 };
             }
             self.retire();
+            self.whole.tend(
+                self.broken.is_some(),
+                self.low_disk,
+                self.flushed,
+                self.state.commit,
+            );
             let received = if window.frames.is_empty() && self.can_clean() {
                 match rx.try_recv() {
                     Err(TryRecvError::Empty) => {
@@ -238,7 +249,8 @@ impl Absorber {
         if window.frames.is_empty() {
             return true;
         }
-        if self.broken.is_none() && self.disk_too_low(window.bytes) {
+        self.low_disk = self.broken.is_none() && self.disk_too_low(window.bytes);
+        if self.low_disk {
             self.progress.send_modify(|p| p.absorb_paused = true);
             return false;
         }

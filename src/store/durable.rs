@@ -25,6 +25,7 @@ use super::blobs::Blobs;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
 use super::recover::{self, Recovered};
+use super::whole::Marker;
 use super::{ids, segment, Policy, Progress, Seq, Store};
 use crate::engine::{BinlogStats, Record, Room};
 
@@ -101,16 +102,24 @@ impl DurableStore {
                 segment::sync_dir(parent)?;
             }
         }
-        let opened = recover::recover(&db, dir, options.salvage, file_size).map_err(|e| {
-            other(format!(
-                "the store in {} is damaged: {e}; refusing to start so no job is \
+        let mut whole = Marker::read(dir)?;
+        if new {
+            whole.make()?;
+        }
+        let opened = recover::recover(&db, dir, options.salvage, whole.present(), file_size)
+            .map_err(|e| {
+                other(format!(
+                    "the store in {} is damaged: {e}; refusing to start so no job is \
                  silently dropped (start with --salvage to keep what can be read)",
-                dir.display()
-            ))
-        })?;
+                    dir.display()
+                ))
+            })?;
         let progress = Arc::new(watch::Sender::new(Progress::default()));
         let (absorb_tx, absorb_rx) = mpsc::channel();
         let start = opened.journal;
+        if !whole.present() {
+            whole.needs(start.commit);
+        }
         if let Some((commit, records)) = opened.tail {
             let _ = absorb_tx.send(Absorb::Frame {
                 commit,
@@ -168,6 +177,8 @@ impl DurableStore {
             state: opened.absorb,
             broken: None,
             flushed: 0,
+            whole,
+            low_disk: false,
         };
         std::thread::Builder::new()
             .name("sprout-store".into())

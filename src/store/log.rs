@@ -63,8 +63,9 @@ pub struct Log {
 /// What replaying a store's pages found.
 pub struct Replayed<'a> {
     pub log: Log,
-    /// The latest image of every live job, still encoded.
-    pub images: Vec<&'a [u8]>,
+    /// The latest image of every live job, still encoded, with the index
+    /// of the page it is in.
+    pub images: Vec<(usize, &'a [u8])>,
     /// Damaged entries skipped (only when salvaging).
     pub skipped: usize,
 }
@@ -72,13 +73,17 @@ pub struct Replayed<'a> {
 impl Log {
     /// Rebuilds the log from every stored page, given as (slot, value):
     /// applies their entries in sequence order.
-    pub fn replay(pages: &[(Slot, sled::IVec)], salvage: bool) -> Result<Replayed<'_>, Corrupt> {
+    pub fn replay<V: AsRef<[u8]>>(
+        pages: &[(Slot, V)],
+        salvage: bool,
+    ) -> Result<Replayed<'_>, Corrupt> {
         let mut log = Log::default();
         let mut skipped = 0;
         let mut read = Vec::with_capacity(pages.len());
-        for (slot, value) in pages {
+        for (at, (slot, value)) in pages.iter().enumerate() {
+            let value = value.as_ref();
             match page::read(value) {
-                Ok((seq, entries)) => read.push((seq, *slot, value.len(), entries)),
+                Ok((seq, entries)) => read.push((seq, *slot, value.len(), entries, at)),
                 Err(e) if salvage => {
                     tracing::error!("skipping a damaged page: {e}");
                     skipped += 1;
@@ -87,7 +92,7 @@ impl Log {
             }
         }
         read.sort_by_key(|&(seq, ..)| seq);
-        for (seq, slot, bytes, entries) in &read {
+        for (seq, slot, bytes, entries, _) in &read {
             if log
                 .pages
                 .insert(
@@ -126,10 +131,10 @@ impl Log {
         }
         // A second pass picks out the latest images, now that they are known.
         let mut images = Vec::with_capacity(log.jobs.len());
-        for (seq, _, _, entries) in read {
+        for (seq, _, _, entries, at) in read {
             for entry in entries.flatten() {
                 if let Some(image) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
-                    images.push(image);
+                    images.push((at, image));
                 }
             }
         }

@@ -20,6 +20,7 @@
 //!   `page.rs`, `log.rs`, `slots.rs`, `blobs.rs`: how jobs are kept in sled,
 //!   and kept bounded;
 //! - `recover.rs`: sled, then the journal's tail, back at startup;
+//! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
@@ -54,6 +55,7 @@ mod recover;
 mod room;
 mod segment;
 mod slots;
+mod whole;
 
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.

@@ -118,15 +118,12 @@ mod tests {
     }
 
     fn live(store: &HashMap<Slot, Vec<u8>>) -> Vec<JobId> {
-        let pages: Vec<(Slot, sled::IVec)> = store
-            .iter()
-            .map(|(&s, v)| (s, sled::IVec::from(v.as_slice())))
-            .collect();
+        let pages: Vec<(Slot, &[u8])> = store.iter().map(|(&s, v)| (s, v.as_slice())).collect();
         let replayed = Log::replay(&pages, false).unwrap();
         let mut ids: Vec<JobId> = replayed
             .images
             .iter()
-            .map(|i| crate::store::record::decode_job(i).unwrap().id)
+            .map(|&(_, i)| crate::store::record::decode_job(i).unwrap().id)
             .collect();
         ids.sort_unstable();
         ids

@@ -17,6 +17,8 @@
 
 use std::fmt;
 
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use sprout_protocol::{JobId, TubeName};
 
 use crate::engine::{JobImage, Stored};
@@ -95,15 +97,56 @@ fn encode_fields(tag: u8, image: &JobImage, out: &mut Vec<u8>) {
 
 /// Reads back what [`encode_job`] wrote.
 pub fn decode_job(value: &[u8]) -> Result<JobImage, Corrupt> {
-    decode_fields(VERSION, value, true)
+    decode_fields(VERSION, value, tube_name, |body| {
+        Ok(Bytes::copy_from_slice(body))
+    })
 }
 
 /// Reads back what [`encode_state`] wrote: the image, with an empty body.
 pub fn decode_state(value: &[u8]) -> Result<JobImage, Corrupt> {
-    decode_fields(STATE_TAG, value, false)
+    decode_fields(STATE_TAG, value, tube_name, |rest| match rest.is_empty() {
+        true => Ok(Bytes::new()),
+        false => Err(Corrupt("trailing bytes after a job's state")),
+    })
 }
 
-fn decode_fields(tag: u8, value: &[u8], with_body: bool) -> Result<JobImage, Corrupt> {
+fn tube_name(name: &[u8]) -> Result<TubeName, Corrupt> {
+    TubeName::new(name).ok_or(Corrupt("an invalid tube name"))
+}
+
+/// Decodes many jobs at once (recovery), sharing what they share: one
+/// name per tube, and bodies that point into the pages they were read
+/// from instead of a copy each (two allocations fewer per job: at 1M jobs,
+/// 2M small allocations).
+#[derive(Default)]
+pub struct Decoder {
+    tubes: FxHashMap<Box<[u8]>, TubeName>,
+}
+
+impl Decoder {
+    /// What [`decode_job`] reads from `value`, which lies within `within`.
+    pub fn job(&mut self, within: &Bytes, value: &[u8]) -> Result<JobImage, Corrupt> {
+        let tubes = &mut self.tubes;
+        let tube = |name: &[u8]| match tubes.get(name) {
+            Some(tube) => Ok(tube.clone()),
+            None => {
+                let tube = tube_name(name)?;
+                tubes.insert(name.into(), tube.clone());
+                Ok(tube)
+            }
+        };
+        decode_fields(VERSION, value, tube, |body| Ok(within.slice_ref(body)))
+    }
+}
+
+/// The fields every image and state has; `tube` makes the tube's name,
+/// `rest` whatever follows (the body).
+fn decode_fields(
+    tag: u8,
+    value: &[u8],
+    tube: impl FnOnce(&[u8]) -> Result<TubeName, Corrupt>,
+    rest: impl FnOnce(&[u8]) -> Result<Bytes, Corrupt>,
+) -> Result<JobImage, Corrupt> {
     let mut r = Reader(value);
     if r.u8()? != tag {
         return Err(Corrupt("an unknown record version"));
@@ -123,12 +166,8 @@ fn decode_fields(tag: u8, value: &[u8], with_body: bool) -> Result<JobImage, Cor
     let (reserves, timeouts, releases, buries, kicks) =
         (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
     let len = usize::from(r.u8()?);
-    let tube = TubeName::new(r.take(len)?).ok_or(Corrupt("an invalid tube name"))?;
-    let body = match with_body {
-        true => bytes::Bytes::copy_from_slice(r.0),
-        false if r.0.is_empty() => bytes::Bytes::new(),
-        false => return Err(Corrupt("trailing bytes after a job's state")),
-    };
+    let tube = tube(r.take(len)?)?;
+    let body = rest(r.0)?;
     Ok(JobImage {
         id,
         tube,
@@ -203,7 +242,7 @@ mod tests {
             releases: 3,
             buries: 4,
             kicks: 5,
-            body: bytes::Bytes::from_static(b"hello"),
+            body: Bytes::from_static(b"hello"),
         }
     }
 
@@ -225,6 +264,33 @@ mod tests {
     }
 
     #[test]
+    fn a_decoder_shares_tubes_and_points_into_its_page() {
+        // Two jobs back to back in one page, as recovery reads them.
+        let (first, second) = (image(Stored::Ready), image(Stored::Buried(3)));
+        let mut page = Vec::new();
+        encode_job(&first, &mut page);
+        let split = page.len();
+        encode_job(&second, &mut page);
+        let page = Bytes::from(page);
+        let mut decoder = Decoder::default();
+        let a = decoder.job(&page, &page[..split]).unwrap();
+        let b = decoder.job(&page, &page[split..]).unwrap();
+        assert_eq!((&a, &b), (&first, &second));
+        assert!(
+            std::ptr::eq(a.tube.as_str(), b.tube.as_str()),
+            "one name per tube"
+        );
+        let within = page.as_ptr_range();
+        assert!(within.contains(&b.body.as_ptr()), "the body is not a copy");
+        let mut bad = page[..split].to_vec();
+        bad[1 + 8] = 9;
+        assert_eq!(
+            decoder.job(&page, &bad),
+            Err(Corrupt("an unknown job state"))
+        );
+    }
+
+    #[test]
     fn a_state_is_an_image_without_its_body() {
         let original = image(Stored::Delayed(77));
         let mut value = Vec::new();
@@ -235,7 +301,7 @@ mod tests {
         assert_eq!(
             back,
             JobImage {
-                body: bytes::Bytes::new(),
+                body: Bytes::new(),
                 ..original.clone()
             }
         );

@@ -26,6 +26,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
@@ -170,8 +171,15 @@ fn restore_order(jobs: Vec<JobImage>) -> Vec<JobImage> {
 }
 
 /// Reads sled and the journal back (see the module docs), and readies the
-/// journal to go on. `file_size` is `-s`.
-pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> io::Result<Opened> {
+/// journal to go on. `whole`: whether sled is known to hold all its commit
+/// says (`whole.rs`). `file_size` is `-s`.
+pub fn recover(
+    db: &::sled::Db,
+    store: &Path,
+    salvage: bool,
+    whole: bool,
+    file_size: u64,
+) -> io::Result<Opened> {
     let started = std::time::Instant::now();
     let sled_commit = counter(db, COMMIT_KEY)?;
     let sled_ceiling = counter(db, NEXT_ID_KEY)?;
@@ -202,7 +210,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
         match key.first() {
             Some(&PAGE_PREFIX) => pages.push((
                 page::key_slot(&key).map_err(|e| corrupt(e.to_string()))?,
-                value,
+                Bytes::from_owner(value),
             )),
             _ if *key == *COMMIT_KEY || *key == *NEXT_ID_KEY => {}
             _ => {
@@ -217,8 +225,9 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     let replayed = Log::replay(&pages, salvage).map_err(|e| corrupt(e.to_string()))?;
     let mut skipped = replayed.skipped;
     let mut jobs: Vec<Option<JobImage>> = Vec::with_capacity(replayed.images.len());
-    for image in replayed.images {
-        match record::decode_job(image) {
+    let mut decoder = record::Decoder::default();
+    for (at, image) in replayed.images {
+        match decoder.job(&pages[at].1, image) {
             Ok(image) => jobs.push(Some(image)),
             Err(e) if salvage => {
                 tracing::error!("skipping a damaged job: {e}");
@@ -250,13 +259,12 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     }
     let end = find_end(&used, sled_commit);
 
-    // Lay every frame the journal holds over sled's jobs, not only those
-    // past sled's commit: replaying is idempotent (images and tombstones,
-    // the last word wins), and sled 0.34 can lose pages written after its
-    // last flush when a write of its fails (seen after ENOSPC: its commit
-    // key survived, a tree node holding pages did not), which this makes
-    // good. The frames touch few jobs next to all sled holds: index only
-    // those (one pass over the jobs), not every job.
+    // Lay the frames past sled's commit over its jobs, and those it holds
+    // already too unless it is known whole (`whole.rs`): replaying is
+    // idempotent (images and tombstones, the last word wins), and after a
+    // failed write sled 0.34 can miss pages written before its commit key.
+    // The frames touch few jobs next to all sled holds: index only those
+    // (one pass over the jobs), not every job.
     let mut frames_replayed = 0;
     let (mut last_commit, mut last_ceiling) = (None, None);
     let mut replay = Vec::new();
@@ -269,6 +277,9 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
         for &(commit, ids_below, at, len) in &file.frames[..count] {
             last_commit = Some(commit);
             last_ceiling = Some(ids_below);
+            if whole && commit <= sled_commit {
+                continue;
+            }
             frames_replayed += 1;
             replay.push((commit, &file.bytes[at..at + len]));
         }
@@ -444,6 +455,7 @@ pub fn recover(db: &::sled::Db, store: &Path, salvage: bool, file_size: u64) -> 
     tracing::info!(
         pages = pages.len(),
         frames = frames_replayed,
+        whole,
         sled = ?sled_took,
         journal = ?(started.elapsed() - sled_took),
         "read the store back"

@@ -198,6 +198,7 @@ impl Server {
                 };
                 let (store, recovered) = DurableStore::open(&options, binlog)?;
                 let read = started.elapsed();
+                engine.reserve_jobs(recovered.jobs.len());
                 for image in &recovered.jobs {
                     engine.restore(image);
                 }

@@ -271,6 +271,11 @@ impl Engine {
         std::mem::take(&mut self.journal)
     }
 
+    /// Makes room for `jobs` more jobs, before restoring that many.
+    pub fn reserve_jobs(&mut self, jobs: usize) {
+        self.jobs.reserve(jobs);
+    }
+
     /// Puts back a job from the store at startup, in its stored state: a
     /// reserved job comes back ready, a delayed job whose moment passed
     /// while the server was down comes back ready. Call in bury order for

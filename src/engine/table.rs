@@ -179,6 +179,19 @@ impl JobTable {
         self.len >= MAX_JOBS
     }
 
+    /// Makes room for `more` jobs (recovery knows how many come): the slab
+    /// and positions grow once, and an empty table's index starts at the
+    /// size they need (restoring 1M jobs otherwise grew it 16 times).
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.slab.reserve(more);
+        self.heap_pos.reserve(more);
+        if self.len == 0 && self.old.is_none() {
+            // The fewest buckets `more` jobs leave at most 3/4 full.
+            let buckets = (more * 4).div_ceil(3).next_power_of_two();
+            self.index = IdIndex::with_log2(buckets.trailing_zeros().max(MIN_BUCKETS_LOG2));
+        }
+    }
+
     /// Stores `job` with a copy of `body` and returns its slot.
     pub(super) fn insert(&mut self, mut job: Job, body: &[u8]) -> u32 {
         if self.index.overfull(self.len + 1) {

@@ -1364,7 +1364,16 @@ fn lcg(x: u64) -> u64 {
 
 #[test]
 fn job_table_matches_a_hash_map() {
+    // As it starts, and sized up front as recovery sizes it (smaller than
+    // it gets, so it also grows from there).
+    for reserved in [0, 10_000] {
+        job_table_against_a_hash_map(reserved);
+    }
+}
+
+fn job_table_against_a_hash_map(reserved: usize) {
     let mut table = JobTable::new();
+    table.reserve(reserved);
     let mut model: HashMap<JobId, u32> = HashMap::new();
     let mut live: Vec<JobId> = Vec::new();
     let mut next_id = 1;

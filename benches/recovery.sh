@@ -54,7 +54,7 @@ for round in $(seq "$rounds"); do
         cmd=${cmds[$side]}
         rm -rf "$work/data" && mkdir -p "$work/data"
         start_server "$cmd" -b "$work/data"
-        "$load" fill --conns 50 --jobs "$jobs" --addr "127.0.0.1:$port" >/dev/null
+        "$load" fill --conns 50 --jobs "$jobs" --addr "127.0.0.1:$port" --pid "$server_pid" >/dev/null
         stop_server KILL
         port=$(free_port)
         # Started and timed by Python, so the clock starts at exec.

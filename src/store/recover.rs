@@ -86,7 +86,7 @@ fn counter(db: &::sled::Db, key: &[u8]) -> io::Result<u64> {
 struct Read {
     number: u64,
     file: File,
-    bytes: Vec<u8>,
+    bytes: Bytes,
     /// (commit, ids_below, offset, len) of each frame that checks out, up
     /// to the first that does not.
     frames: Vec<(u64, JobId, usize, usize)>,
@@ -113,7 +113,7 @@ fn read_journal(dir: &Path) -> io::Result<Vec<Read>> {
         files.push(Read {
             number,
             file,
-            bytes,
+            bytes: Bytes::from(bytes),
             frames,
         });
     }
@@ -281,11 +281,11 @@ pub fn recover(
                 continue;
             }
             frames_replayed += 1;
-            replay.push((commit, &file.bytes[at..at + len]));
+            replay.push((commit, &file.bytes, &file.bytes[at..at + len]));
         }
     }
     let mut touched: FxHashMap<JobId, Option<usize>> = FxHashMap::default();
-    for &(_, bytes) in &replay {
+    for &(_, _, bytes) in &replay {
         let frame = frame::read(bytes).expect("read before");
         for entry in frame.entries.flatten() {
             touched.insert(entry.id, None);
@@ -298,7 +298,7 @@ pub fn recover(
             }
         }
     }
-    for (commit, bytes) in replay {
+    for (commit, file, bytes) in replay {
         let frame = frame::read(bytes).expect("read before");
         for entry in frame.entries {
             let damaged = |e: &dyn std::fmt::Display| format!("journal frame {commit}: {e}");
@@ -312,7 +312,7 @@ pub fn recover(
             };
             let at = touched.get(&entry.id).copied().flatten();
             let image = match entry.kind {
-                Kind::Image(bytes) => record::decode_job(bytes).map(Some),
+                Kind::Image(bytes) => decoder.job(file, bytes).map(Some),
                 Kind::State(bytes) => match at.and_then(|k| jobs[k].as_ref()) {
                     Some(old) => record::decode_state(bytes).map(|state| {
                         Some(JobImage {
@@ -499,7 +499,7 @@ mod tests {
             .map(|(i, commits)| Read {
                 number: i as u64 + 1,
                 file: tempfile(),
-                bytes: Vec::new(),
+                bytes: Bytes::new(),
                 frames: commits.iter().map(|&c| (c, 0, 0, 0)).collect(),
             })
             .collect()

@@ -5,22 +5,37 @@
 mod bridge_common;
 mod common;
 
+use std::collections::BTreeSet;
 use std::thread;
 use std::time::Duration;
 
-use bridge_common::{assert_on_time, can_run, now_ms, Setup};
+use bridge_common::{assert_on_time, can_run, can_run_on, now_ms, on_every_redis, Setup, Version};
 
 /// How late a delivery may be in these tests: generous, for loaded CI
 /// machines; the bridge's own figures are far lower (see benches/RESULTS.md).
 const MAX_LATE_MS: i64 = 250;
 const QUIET: Duration = Duration::from_millis(600);
 
-#[test]
-fn fractional_ttls_are_delivered_on_time() {
-    if !can_run("fractional_ttls_are_delivered_on_time") {
+// The core tests, against Redis 7.0 (`PEXPIRETIME`) and 6.2 (`PTTL`).
+on_every_redis!(
+    fractional_ttls_are_delivered_on_time,
+    only_matching_keys_with_a_ttl_fire,
+    a_refreshed_heartbeat_fires_once_after_its_last_expiry,
+    a_key_written_again_after_it_fired_fires_again,
+    persist_del_and_a_plain_set_cancel,
+    rename_copy_and_restore_move_ttls,
+    keys_set_before_the_bridge_starts_are_reconciled,
+    with_value_and_delete_on_fire,
+    scan_alone_finds_ttls_without_pubsub,
+    a_restarted_redis_is_followed_again,
+    keys_that_expire_before_the_bridge_sees_them_are_still_delivered,
+);
+
+fn fractional_ttls_are_delivered_on_time(v: Version) {
+    if !can_run_on(v, "fractional_ttls_are_delivered_on_time") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let ttls = [250, 400, 550, 700, 850];
     let mut expected: Vec<(String, i64)> = ttls
         .iter()
@@ -36,33 +51,33 @@ fn fractional_ttls_are_delivered_on_time() {
     got.sort_by_key(|d| d.expire_at_ms);
     expected.sort_by_key(|e| e.1);
     for (d, (key, at)) in got.iter().zip(&expected) {
-        assert_eq!((&d.key, d.expire_at_ms, d.db), (key, *at, 0));
+        assert_eq!((&d.key, d.db), (key, 0));
+        s.redis.assert_expiry(d.expire_at_ms, *at);
         assert_on_time(d, MAX_LATE_MS);
         assert_eq!(d.value, None);
     }
 }
 
-#[test]
-fn only_matching_keys_with_a_ttl_fire() {
-    if !can_run("only_matching_keys_with_a_ttl_fire") {
+fn only_matching_keys_with_a_ttl_fire(v: Version) {
+    if !can_run_on(v, "only_matching_keys_with_a_ttl_fire") {
         return;
     }
-    let mut s = Setup::start(&["dev:*", "order:?"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*", "order:?"], &[]);
     s.redis.set_px("other:1", "x", 200);
     s.redis.set_px("order:12", "x", 200);
     let _: () = s.redis.run(&["SET", "dev:forever", "x"]);
     let at = s.redis.set_px("order:1", "x", 300);
     let got = s.worker.drain(QUIET);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!((got[0].key.as_str(), got[0].expire_at_ms), ("order:1", at));
+    assert_eq!(got[0].key, "order:1");
+    s.redis.assert_expiry(got[0].expire_at_ms, at);
 }
 
-#[test]
-fn a_refreshed_heartbeat_fires_once_after_its_last_expiry() {
-    if !can_run("a_refreshed_heartbeat_fires_once_after_its_last_expiry") {
+fn a_refreshed_heartbeat_fires_once_after_its_last_expiry(v: Version) {
+    if !can_run_on(v, "a_refreshed_heartbeat_fires_once_after_its_last_expiry") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let mut last = 0;
     for _ in 0..8 {
         last = s.redis.set_px("dev:hb", "online", 300);
@@ -70,25 +85,22 @@ fn a_refreshed_heartbeat_fires_once_after_its_last_expiry() {
     }
     let got = s.worker.drain(QUIET);
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(got[0].expire_at_ms, last);
+    s.redis.assert_expiry(got[0].expire_at_ms, last);
     assert_on_time(&got[0], MAX_LATE_MS);
 }
 
-#[test]
-fn a_key_written_again_after_it_fired_fires_again() {
-    if !can_run("a_key_written_again_after_it_fired_fires_again") {
+fn a_key_written_again_after_it_fired_fires_again(v: Version) {
+    if !can_run_on(v, "a_key_written_again_after_it_fired_fires_again") {
         return;
     }
-    let mut s = Setup::start(&["order:*"], &[]);
+    let mut s = Setup::start_on(v, &["order:*"], &[]);
     let mut want = Vec::new();
     for round in 0..3 {
         want.push(s.redis.set_px("order:7", "open", 200));
         let got = s.worker.next(Duration::from_secs(5));
         let got = got.unwrap_or_else(|| panic!("round {round}: no delivery"));
-        assert_eq!(
-            (got.key.as_str(), got.expire_at_ms),
-            ("order:7", want[round])
-        );
+        assert_eq!(got.key, "order:7");
+        s.redis.assert_expiry(got.expire_at_ms, want[round]);
         assert_on_time(&got, MAX_LATE_MS);
         // Written again at once: Redis's `expired` for the last round may
         // still be on its way to the bridge, and must not hide this one.
@@ -97,12 +109,11 @@ fn a_key_written_again_after_it_fired_fires_again() {
     assert!(extra.is_empty(), "one job per expiry: {extra:?}");
 }
 
-#[test]
-fn persist_del_and_a_plain_set_cancel() {
-    if !can_run("persist_del_and_a_plain_set_cancel") {
+fn persist_del_and_a_plain_set_cancel(v: Version) {
+    if !can_run_on(v, "persist_del_and_a_plain_set_cancel") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     s.redis.set_px("dev:p", "x", 300);
     s.redis.set_px("dev:d", "x", 300);
     s.redis.set_px("dev:s", "x", 300);
@@ -118,12 +129,11 @@ fn persist_del_and_a_plain_set_cancel() {
     assert_eq!(s.worker.tube_stat(timers, "current-jobs-ready"), "0");
 }
 
-#[test]
-fn rename_copy_and_restore_move_ttls() {
-    if !can_run("rename_copy_and_restore_move_ttls") {
+fn rename_copy_and_restore_move_ttls(v: Version) {
+    if !can_run_on(v, "rename_copy_and_restore_move_ttls") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let renamed = s.redis.set_px("dev:a", "x", 400);
     let _: () = s.redis.run(&["RENAME", "dev:a", "dev:b"]);
     let copied = s.redis.set_px("dev:c", "x", 400);
@@ -139,47 +149,38 @@ fn rename_copy_and_restore_move_ttls() {
         .arg("ABSTTL")
         .query(&mut s.redis.conn())
         .expect("RESTORE");
-    let mut got: Vec<_> = s
-        .worker
-        .drain(QUIET)
-        .into_iter()
-        .map(|d| (d.key, d.expire_at_ms))
-        .collect();
-    got.sort();
-    let want = vec![
+    let got = s.worker.drain(QUIET);
+    let want = BTreeSet::from([
         ("dev:b".to_string(), renamed),
         ("dev:c".to_string(), copied),
         ("dev:c2".to_string(), copied),
         ("dev:r2".to_string(), restored_at),
-    ];
-    assert_eq!(got, want);
+    ]);
+    s.redis.assert_keys(&got, &want);
 }
 
-#[test]
-fn keys_set_before_the_bridge_starts_are_reconciled() {
-    if !can_run("keys_set_before_the_bridge_starts_are_reconciled") {
+fn keys_set_before_the_bridge_starts_are_reconciled(v: Version) {
+    if !can_run_on(v, "keys_set_before_the_bridge_starts_are_reconciled") {
         return;
     }
-    let redis = bridge_common::Redis::start();
+    let redis = bridge_common::Redis::start_version(v);
     let at = redis.set_px("dev:early", "x", 1_000);
     let _: () = redis.run(&["SET", "dev:no-ttl", "x"]);
     let server = common::TestServer::start(&[]);
     let mut s = Setup::with(redis, server, &["dev:*"], &[]);
     let got = s.worker.drain(Duration::from_millis(1_500));
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(
-        (got[0].key.as_str(), got[0].expire_at_ms),
-        ("dev:early", at)
-    );
+    assert_eq!(got[0].key, "dev:early");
+    s.redis.assert_expiry(got[0].expire_at_ms, at);
     assert_on_time(&got[0], MAX_LATE_MS);
 }
 
-#[test]
-fn with_value_and_delete_on_fire() {
-    if !can_run("with_value_and_delete_on_fire") {
+fn with_value_and_delete_on_fire(v: Version) {
+    if !can_run_on(v, "with_value_and_delete_on_fire") {
         return;
     }
-    let mut s = Setup::start(
+    let mut s = Setup::start_on(
+        v,
         &["dev:*"],
         &["--with-value", "--delete-on-fire", "--pri", "7"],
     );
@@ -187,20 +188,19 @@ fn with_value_and_delete_on_fire() {
     let got = s.worker.drain(QUIET);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].value.as_deref(), Some("last words"));
-    assert_eq!(got[0].expire_at_ms, at);
+    s.redis.assert_expiry(got[0].expire_at_ms, at);
     assert_on_time(&got[0], MAX_LATE_MS);
 }
 
-#[test]
-fn scan_alone_finds_ttls_without_pubsub() {
-    if !can_run("scan_alone_finds_ttls_without_pubsub") {
+fn scan_alone_finds_ttls_without_pubsub(v: Version) {
+    if !can_run_on(v, "scan_alone_finds_ttls_without_pubsub") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &["--no-pubsub", "--scan-interval", "0.2"]);
+    let mut s = Setup::start_on(v, &["dev:*"], &["--no-pubsub", "--scan-interval", "0.2"]);
     let at = s.redis.set_px("dev:quiet", "x", 600);
     let got = s.worker.drain(Duration::from_millis(1_000));
     assert_eq!(got.len(), 1, "{got:?}");
-    assert_eq!(got[0].expire_at_ms, at);
+    s.redis.assert_expiry(got[0].expire_at_ms, at);
     assert_on_time(&got[0], MAX_LATE_MS);
 }
 
@@ -255,15 +255,14 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn a_restarted_redis_is_followed_again() {
-    if !can_run("a_restarted_redis_is_followed_again") {
+fn a_restarted_redis_is_followed_again(v: Version) {
+    if !can_run_on(v, "a_restarted_redis_is_followed_again") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let port = s.redis.port;
     s.redis.kill9();
-    s.redis = bridge_common::Redis::start_on(port);
+    s.redis = bridge_common::Redis::start_on_version(port, v);
     // Set before the bridge is back: found by the reconciliation that
     // follows the new subscription.
     let early = s.redis.set_px("dev:early", "x", 2_500);
@@ -278,18 +277,12 @@ fn a_restarted_redis_is_followed_again() {
         "notifications not re-enabled: {flags:?}"
     );
     let late = s.redis.set_px("dev:late", "x", 300);
-    let mut got: Vec<_> = s
-        .worker
-        .drain(Duration::from_millis(2_600))
-        .into_iter()
-        .map(|d| (d.key, d.expire_at_ms))
-        .collect();
-    got.sort();
-    let want = vec![
+    let got = s.worker.drain(Duration::from_millis(2_600));
+    let want = BTreeSet::from([
         ("dev:early".to_string(), early),
         ("dev:late".to_string(), late),
-    ];
-    assert_eq!(got, want);
+    ]);
+    s.redis.assert_keys(&got, &want);
 }
 
 #[test]
@@ -326,12 +319,14 @@ fn several_nodes_and_databases_are_followed_apart() {
     assert_eq!(got, want);
 }
 
-#[test]
-fn keys_that_expire_before_the_bridge_sees_them_are_still_delivered() {
-    if !can_run("keys_that_expire_before_the_bridge_sees_them_are_still_delivered") {
+fn keys_that_expire_before_the_bridge_sees_them_are_still_delivered(v: Version) {
+    if !can_run_on(
+        v,
+        "keys_that_expire_before_the_bridge_sees_them_are_still_delivered",
+    ) {
         return;
     }
-    let mut s = Setup::start(&["flash:*"], &[]);
+    let mut s = Setup::start_on(v, &["flash:*"], &[]);
     // 1 ms TTLs: by the time the bridge reads a key's expiry it is gone,
     // and only Redis's `expired` event says what happened to it.
     let keys: Vec<String> = (0..100).map(|i| format!("flash:{i}")).collect();

@@ -11,20 +11,27 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bridge_common::{
-    assert_on_time, can_run, keys, now_ms, start_embedded, wait_numpat, wait_timers, Bridge, Redis,
-    Setup, Worker, TIMERS,
+    assert_on_time, can_run, can_run_on, keys, now_ms, on_every_redis, start_embedded, wait_numpat,
+    wait_timers, Bridge, Redis, Setup, Version, Worker, TIMERS,
 };
 use common::{Addr, TempDir, TestServer};
 
 /// Lateness allowed right after a restart: reconnecting backs off.
 const MAX_LATE_MS_RESTART: i64 = 2_500;
 
-#[test]
-fn a_bridge_killed_with_9_loses_no_expiry() {
-    if !can_run("a_bridge_killed_with_9_loses_no_expiry") {
+// Restart safety against Redis 7.0 (`PEXPIRETIME`) and 6.2 (`PTTL`).
+on_every_redis!(
+    a_bridge_killed_with_9_loses_no_expiry,
+    a_server_killed_with_9_and_restarted_with_b_loses_no_expiry,
+    a_refresh_just_before_a_bridge_crash_is_not_lost,
+    timers_lost_by_a_server_without_b_are_armed_again,
+);
+
+fn a_bridge_killed_with_9_loses_no_expiry(v: Version) {
+    if !can_run_on(v, "a_bridge_killed_with_9_loses_no_expiry") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let mut want = BTreeSet::new();
     for i in 0..10 {
         let key = format!("dev:{i}");
@@ -44,7 +51,7 @@ fn a_bridge_killed_with_9_loses_no_expiry() {
     let restarted = now_ms();
     let _bridge = Bridge::start(&s.bridge_args(&["dev:*"]));
     let got = s.worker.drain(Duration::from_millis(1_600));
-    assert_eq!(keys(&got), want, "{got:?}");
+    s.redis.assert_keys(&got, &want);
     for d in &got {
         assert!(d.received_ms >= d.expire_at_ms, "early: {d:?}");
         // Expired while the bridge was down: delivered right after it is back.
@@ -61,14 +68,16 @@ fn server_on(port: u16, store: &std::path::Path) -> TestServer {
     TestServer::spawn(&args, Addr::Tcp(port)).expect("restart the server")
 }
 
-#[test]
-fn a_server_killed_with_9_and_restarted_with_b_loses_no_expiry() {
-    if !can_run("a_server_killed_with_9_and_restarted_with_b_loses_no_expiry") {
+fn a_server_killed_with_9_and_restarted_with_b_loses_no_expiry(v: Version) {
+    if !can_run_on(
+        v,
+        "a_server_killed_with_9_and_restarted_with_b_loses_no_expiry",
+    ) {
         return;
     }
     let store = TempDir::new();
     let port = TestServer::free_port();
-    let redis = Redis::start();
+    let redis = Redis::start_version(v);
     let mut s = Setup::with(redis, server_on(port, store.path()), &["dev:*"], &[]);
     let mut want = BTreeSet::new();
     for i in 0..5 {
@@ -84,7 +93,7 @@ fn a_server_killed_with_9_and_restarted_with_b_loses_no_expiry() {
     s.server = server_on(port, store.path());
     let mut worker = Worker::new(port, &s.tube);
     let got = worker.drain(Duration::from_millis(2_500));
-    assert_eq!(keys(&got), want, "{got:?}");
+    s.redis.assert_keys(&got, &want);
     for d in &got {
         assert_on_time(d, MAX_LATE_MS_RESTART);
     }
@@ -126,12 +135,11 @@ fn the_embedded_bridge_survives_a_server_killed_with_9() {
     }
 }
 
-#[test]
-fn a_refresh_just_before_a_bridge_crash_is_not_lost() {
-    if !can_run("a_refresh_just_before_a_bridge_crash_is_not_lost") {
+fn a_refresh_just_before_a_bridge_crash_is_not_lost(v: Version) {
+    if !can_run_on(v, "a_refresh_just_before_a_bridge_crash_is_not_lost") {
         return;
     }
-    let mut s = Setup::start(&["dev:*"], &[]);
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
     let mut timers = s.server.connect();
     assert_eq!(
         timers.line(&format!("use {TIMERS}")),
@@ -155,16 +163,12 @@ fn a_refresh_just_before_a_bridge_crash_is_not_lost() {
     thread::sleep(Duration::from_millis(800));
     let _bridge = Bridge::start(&s.bridge_args(&["dev:*"]));
     let got = s.worker.drain(Duration::from_millis(600));
-    assert_eq!(
-        keys(&got),
-        BTreeSet::from([("dev:k".to_string(), refreshed)]),
-        "{got:?}"
-    );
+    let want = BTreeSet::from([("dev:k".to_string(), refreshed)]);
+    s.redis.assert_keys(&got, &want);
 }
 
-#[test]
-fn timers_lost_by_a_server_without_b_are_armed_again() {
-    if !can_run("timers_lost_by_a_server_without_b_are_armed_again") {
+fn timers_lost_by_a_server_without_b_are_armed_again(v: Version) {
+    if !can_run_on(v, "timers_lost_by_a_server_without_b_are_armed_again") {
         return;
     }
     let port = TestServer::free_port();
@@ -173,7 +177,7 @@ fn timers_lost_by_a_server_without_b_are_armed_again() {
         TestServer::spawn(&["-l", "127.0.0.1", "-p", &port_s], Addr::Tcp(port))
             .expect("start the server")
     };
-    let mut s = Setup::with(Redis::start(), in_memory(), &["dev:*"], &[]);
+    let mut s = Setup::with(Redis::start_version(v), in_memory(), &["dev:*"], &[]);
     let at = s.redis.set_px("dev:1", "x", 1_500);
     wait_timers(&mut s.worker, 1);
     s.server.kill9();
@@ -183,10 +187,7 @@ fn timers_lost_by_a_server_without_b_are_armed_again() {
     s.bridge.wait_log("timer lost by the server; re-arming");
     let mut worker = Worker::new(port, &s.tube);
     let got = worker.drain(Duration::from_millis(2_500));
-    assert_eq!(
-        keys(&got),
-        BTreeSet::from([("dev:1".to_string(), at)]),
-        "{got:?}"
-    );
+    s.redis
+        .assert_keys(&got, &BTreeSet::from([("dev:1".to_string(), at)]));
     assert_on_time(&got[0], MAX_LATE_MS_RESTART);
 }

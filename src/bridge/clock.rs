@@ -1,5 +1,5 @@
 //! The bridge's one clock read: Unix time in milliseconds, the unit of
-//! Redis's `PEXPIRETIME` and of every deadline the bridge keeps.
+//! Redis's expiries and of every deadline the bridge keeps.
 
 /// The current Unix time in milliseconds.
 pub fn now_ms() -> i64 {

@@ -15,7 +15,7 @@
 
 use super::body::Timer;
 use super::index::{Entry, CANCELLED};
-use super::redis_side::Expiry;
+use super::redis_side::{Expiry, Reading};
 use super::work::Hint;
 
 /// A key gone this close to its deadline counts as expired, not deleted
@@ -48,9 +48,18 @@ pub enum Sync {
     Cancel(Entry),
 }
 
-/// Brings a key's timer in line with `expiry`, what Redis says now (read
-/// under the key's lock, before `now_ms`).
-pub fn sync(hint: Hint, current: Option<Entry>, expiry: Expiry, now_ms: i64) -> Sync {
+/// Do two readings of an expiry agree, as far as `err_ms` (the error of
+/// the later one, see [`Reading`]) can tell? Exact with `PEXPIRETIME`.
+fn same(a: i64, b: i64, err_ms: i64) -> bool {
+    a.abs_diff(b) <= err_ms.max(0) as u64
+}
+
+/// Brings a key's timer in line with `read`, what Redis says now (read
+/// under the key's lock, before `now_ms`). An expiry within the reading's
+/// error of the index's is the same one (a `PTTL` reading moves with the
+/// round trip): the timer stays, and fires no earlier than Redis says.
+pub fn sync(hint: Hint, current: Option<Entry>, read: Reading, now_ms: i64) -> Sync {
+    let Reading { expiry, err_ms } = read;
     match (expiry, current) {
         (Expiry::Gone, Some(cur)) if cur.is_delivered() => Sync::Keep,
         (Expiry::Persistent, Some(cur)) if cur.is_delivered() => Sync::Unmark,
@@ -60,9 +69,14 @@ pub fn sync(hint: Hint, current: Option<Entry>, expiry: Expiry, now_ms: i64) -> 
             at: now_ms,
             old: None,
         },
-        (Expiry::At(at), Some(cur)) if cur.expire_at_ms == at => {
+        (Expiry::At(at), Some(cur))
+            if cur.expire_at_ms >= 0 && same(cur.expire_at_ms, at, err_ms) =>
+        {
             if hint.verify {
-                Sync::Verify { at, cur }
+                Sync::Verify {
+                    at: cur.expire_at_ms,
+                    cur,
+                }
             } else {
                 Sync::Keep
             }
@@ -145,21 +159,23 @@ pub enum Fire {
     Rearm { at: i64 },
 }
 
-/// Decides a due timer for an expiry at `expire_at_ms` from `expiry`,
-/// what Redis says now, and the key's entry after [`claim`].
-pub fn fire(current: Option<Entry>, expiry: Expiry, expire_at_ms: i64, now_ms: i64) -> Fire {
+/// Decides a due timer for an expiry at `expire_at_ms` from `read`, what
+/// Redis says now, and the key's entry after [`claim`]. An expiry within
+/// the reading's error of the timer's is the timer's own.
+pub fn fire(current: Option<Entry>, read: Reading, expire_at_ms: i64, now_ms: i64) -> Fire {
+    let Reading { expiry, err_ms } = read;
     let drop = Fire::Drop {
         unindex: current.is_some(),
     };
-    let later = Fire::Release {
-        until_ms: (expire_at_ms + FIRE_AFTER_MS).max(now_ms + RECHECK_MS),
+    let later = |at: i64| Fire::Release {
+        until_ms: (at.max(expire_at_ms) + FIRE_AFTER_MS).max(now_ms + RECHECK_MS),
     };
     match expiry {
         Expiry::Gone if now_ms >= expire_at_ms => Fire::Deliver,
         Expiry::Gone if now_ms < expire_at_ms - EXPIRY_SLACK_MS => drop,
-        Expiry::Gone => later,
+        Expiry::Gone => later(expire_at_ms),
         Expiry::Persistent => drop,
-        Expiry::At(at) if at == expire_at_ms => later,
+        Expiry::At(at) if same(at, expire_at_ms, err_ms) => later(at),
         Expiry::At(at) => Fire::Rearm { at },
     }
 }

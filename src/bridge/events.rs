@@ -2,7 +2,7 @@
 //! `PSUBSCRIBE __keyspace@DB__:PATTERN` for each `--match` (Redis filters
 //! the keys), every event queued as a sync of its key. The event name only
 //! matters for `expired` (the timer delivers); everything else is re-read
-//! from Redis with `PEXPIRETIME`, so events need no interpretation.
+//! from Redis (`PEXPIRETIME`, or `PTTL`), so events need no interpretation.
 //!
 //! Before each (re)subscription the needed `notify-keyspace-events` classes
 //! are switched on (a restarted Redis forgets them). After a lost

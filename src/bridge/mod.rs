@@ -44,7 +44,7 @@
 //! * Work is batched, decisions are not: a sync worker takes up to
 //!   `sync::BATCH` queued keys, a firing worker up to `fire::BATCH` due
 //!   timers, and each batch costs a few round trips (one pipelined
-//!   `PEXPIRETIME`, one pipeline of puts, one of deletes) instead of a few
+//!   expiry read, one pipeline of puts, one of deletes) instead of a few
 //!   per key. It is as safe as one key at a time because every key of the
 //!   batch is locked (stripes taken in increasing order, so batches never
 //!   deadlock) *before* Redis is read, and stays locked until its timer and
@@ -86,7 +86,10 @@
 //! pipes served by the server's own connection code, so it has the same
 //! guarantees without the TCP hop.
 //!
-//! Needs Redis ≥ 7.0 (`PEXPIRETIME`).
+//! Works with Redis ≥ 5 and Valkey: each node's way of reading expiries is
+//! found at connect (`PEXPIRETIME` where it exists, else `PTTL` bracketed
+//! by two clock readings, see `redis_side`), and decisions compare
+//! expiries within the reading's error (`decide`).
 
 mod body;
 mod clock;
@@ -252,7 +255,21 @@ async fn connect_redis(node: &config::Node) -> Redis {
     let mut backoff = Duration::from_millis(100);
     loop {
         match Redis::connect(node).await {
-            Ok(redis) => return redis,
+            Ok(redis) => {
+                let caps = redis.caps();
+                let how = match caps.method {
+                    redis_side::Method::ExpireTime => "PEXPIRETIME (exact)",
+                    redis_side::Method::TtlServerClock => {
+                        "PTTL between two TIMEs of one pipeline (no PEXPIRETIME)"
+                    }
+                    redis_side::Method::TtlLocalClock => {
+                        "PTTL timed by the bridge's clock (no PEXPIRETIME, no TIME): \
+                         deadlines are rounded up by the round trip"
+                    }
+                };
+                tracing::info!(node = %node.url, version = %caps.version, "expiries read with {how}");
+                return redis;
+            }
             Err(e) => {
                 tracing::warn!(node = %node.url, error = %e, "cannot connect to Redis; retrying");
                 tokio::time::sleep(backoff).await;

@@ -1,13 +1,29 @@
-//! Everything the bridge asks Redis: a key's exact expiry (`PEXPIRETIME`,
-//! Redis ≥ 7.0), its value, `SCAN MATCH`, the delete-if-unchanged script
-//! of `--delete-on-fire`, `INFO`, and switching keyspace notifications on.
+//! Everything the bridge asks Redis: a key's expiry, its value, `SCAN
+//! MATCH`, the delete-if-unchanged script of `--delete-on-fire`, `INFO`,
+//! and switching keyspace notifications on.
+//!
+//! How a key's expiry is read depends on the node, found out once at
+//! connect ([`Caps::probe`]: `INFO server` for the version, then a probe of
+//! each command): `PEXPIRETIME` where it exists (Redis ≥ 7.0, Valkey), the
+//! exact deadline; otherwise (Redis 6.x, 5.x, codis-server) `PTTL`, which
+//! is relative, so the pipeline is bracketed by two clock readings and a
+//! key expires within `[lo + pttl, hi + pttl]`: the bridge takes `hi +
+//! pttl`, never early, and carries `hi - lo` along as the reading's error
+//! ([`Reading`]). The clock is Redis's own (`TIME` first and last in the
+//! same pipeline, which is Redis's clock as `PEXPIRETIME` is, and the
+//! bracket only spans the server's work on the pipeline: 0-1 ms on
+//! loopback), or the bridge's (before sending, after the answer: the
+//! round trip) where `TIME` is refused.
 //!
 //! Commands go through a [`ConnectionManager`], which reconnects by itself;
 //! a command that fails is retried by its caller after a pause.
 
+use std::sync::Arc;
+
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, RedisResult, Script};
 
+use super::clock::now_ms;
 use super::config::Node;
 
 /// Notification classes the bridge needs: `K` keyspace channel, `g` generic
@@ -37,6 +53,105 @@ impl Expiry {
             ms => Expiry::At(ms),
         }
     }
+
+    /// From a `PTTL` answer read between the clock readings `lo` and `hi`
+    /// (ms): the latest the key can expire.
+    fn from_ttl(ttl: i64, hi: i64) -> Expiry {
+        match ttl {
+            ttl if ttl < 0 => Expiry::from_reply(ttl),
+            ttl => Expiry::At(hi + ttl),
+        }
+    }
+}
+
+/// One answer about a key's expiry: `expiry`, and how much earlier than
+/// its `At` the key may really expire (0 with `PEXPIRETIME`; the bracket's
+/// width with `PTTL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    pub expiry: Expiry,
+    pub err_ms: i64,
+}
+
+impl From<Expiry> for Reading {
+    fn from(expiry: Expiry) -> Reading {
+        Reading { expiry, err_ms: 0 }
+    }
+}
+
+/// How a node tells a key's expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `PEXPIRETIME`: the exact deadline (Redis ≥ 7.0).
+    ExpireTime,
+    /// `PTTL` between two `TIME`s of the same pipeline.
+    TtlServerClock,
+    /// `PTTL` between two readings of the bridge's clock (the node refuses
+    /// `TIME`).
+    TtlLocalClock,
+}
+
+/// What a node is and can do, found out once at connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// `redis_version` of `INFO server` (empty if it would not say).
+    pub version: String,
+    pub method: Method,
+    /// `INFO a b` with several sections (Redis ≥ 7.0); else one at a time.
+    pub info_sections: bool,
+}
+
+impl Caps {
+    /// Asks the node. A refused probe is a missing capability; only a lost
+    /// connection is an error.
+    async fn probe(conn: &mut ConnectionManager) -> RedisResult<Caps> {
+        let info: RedisResult<String> = redis::cmd("INFO").arg("server").query_async(conn).await;
+        let version = match info {
+            Ok(text) => version_of(&text),
+            Err(e) if unreachable(&e) => return Err(e),
+            Err(_) => String::new(),
+        };
+        let has = |reply: RedisResult<redis::Value>| match reply {
+            Ok(_) => Ok(true),
+            Err(e) if unreachable(&e) => Err(e),
+            Err(_) => Ok(false),
+        };
+        let probe_key = "sprout-bridge:probe";
+        let method = if has(redis::cmd("PEXPIRETIME")
+            .arg(probe_key)
+            .query_async(conn)
+            .await)?
+        {
+            Method::ExpireTime
+        } else if has(redis::cmd("TIME").query_async(conn).await)? {
+            Method::TtlServerClock
+        } else {
+            Method::TtlLocalClock
+        };
+        Ok(Caps {
+            info_sections: major(&version) >= Some(7),
+            version,
+            method,
+        })
+    }
+}
+
+/// `redis_version` (or Valkey's `valkey_version`, which it also reports as
+/// `redis_version` 7.2.4) from `INFO server`.
+fn version_of(info: &str) -> String {
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix("redis_version:"))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn major(version: &str) -> Option<u32> {
+    version.split('.').next()?.parse().ok()
+}
+
+/// Milliseconds of a `TIME` answer (seconds, microseconds).
+fn time_ms(time: &(i64, i64)) -> i64 {
+    time.0 * 1000 + time.1 / 1000
 }
 
 /// Returns `PEXPIRETIME` of `KEYS[1]`, after deleting the key if that
@@ -51,34 +166,94 @@ end
 return at
 ";
 
+/// [`DELETE_IF_DUE`] where there is no `PEXPIRETIME`: deletes the key if
+/// its `PTTL` is at most `ARGV[1]` ms (it was due, and was not given a new
+/// TTL meanwhile); returns -2 then, else the `PTTL`.
+const DELETE_IF_DUE_TTL: &str = r"
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl >= 0 and ttl <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return -2
+end
+return ttl
+";
+
 /// A command connection to one node.
 #[derive(Clone)]
 pub struct Redis {
     conn: ConnectionManager,
     delete_if_due: Script,
+    caps: Arc<Caps>,
 }
 
 impl Redis {
     pub async fn connect(node: &Node) -> RedisResult<Redis> {
         let client = redis::Client::open(node.info.clone())?;
+        let mut conn = ConnectionManager::new(client).await?;
+        let caps = Caps::probe(&mut conn).await?;
+        let script = match caps.method {
+            Method::ExpireTime => DELETE_IF_DUE,
+            _ => DELETE_IF_DUE_TTL,
+        };
         Ok(Redis {
-            conn: ConnectionManager::new(client).await?,
-            delete_if_due: Script::new(DELETE_IF_DUE),
+            conn,
+            delete_if_due: Script::new(script),
+            caps: Arc::new(caps),
         })
     }
 
-    /// `PEXPIRETIME` of every key in `keys`, in one pipeline (one round
+    /// What the node is and can do (as found at connect).
+    pub fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    /// The expiry of every key in `keys`, in one pipeline (one round
     /// trip); the answers are in the same order.
-    pub async fn expiries(&mut self, keys: &[&[u8]]) -> RedisResult<Vec<Expiry>> {
+    pub async fn expiries(&mut self, keys: &[&[u8]]) -> RedisResult<Vec<Reading>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("PEXPIRETIME").arg(*key);
+        let method = self.caps.method;
+        if method == Method::TtlServerClock {
+            pipe.cmd("TIME");
         }
-        let ms: Vec<i64> = pipe.query_async(&mut self.conn).await?;
-        Ok(ms.into_iter().map(Expiry::from_reply).collect())
+        for key in keys {
+            match method {
+                Method::ExpireTime => pipe.cmd("PEXPIRETIME").arg(*key),
+                _ => pipe.cmd("PTTL").arg(*key),
+            };
+        }
+        if method == Method::TtlServerClock {
+            pipe.cmd("TIME");
+        }
+        let sent_ms = now_ms();
+        let mut replies: Vec<redis::Value> = pipe.query_async(&mut self.conn).await?;
+        let (lo, hi) = match method {
+            Method::ExpireTime => {
+                let ms: Vec<i64> = redis::from_redis_value(&redis::Value::Array(replies))?;
+                return Ok(ms
+                    .into_iter()
+                    .map(|ms| Expiry::from_reply(ms).into())
+                    .collect());
+            }
+            Method::TtlLocalClock => (sent_ms, now_ms()),
+            Method::TtlServerClock => {
+                let last = replies.pop().unwrap_or(redis::Value::Nil);
+                let first = replies.remove(0);
+                let lo: (i64, i64) = redis::from_redis_value(&first)?;
+                let hi: (i64, i64) = redis::from_redis_value(&last)?;
+                (time_ms(&lo), time_ms(&hi))
+            }
+        };
+        let ttls: Vec<i64> = redis::from_redis_value(&redis::Value::Array(replies))?;
+        Ok(ttls
+            .into_iter()
+            .map(|ttl| Reading {
+                expiry: Expiry::from_ttl(ttl, hi),
+                err_ms: hi - lo,
+            })
+            .collect())
     }
 
     /// The key's value; `None` if it is gone or not a string.
@@ -90,15 +265,36 @@ impl Redis {
     }
 
     /// `--delete-on-fire`: deletes the key if it still expires at
-    /// `expire_at_ms`; returns the expiry Redis reports afterwards.
-    pub async fn delete_if_due(&mut self, key: &[u8], expire_at_ms: i64) -> RedisResult<Expiry> {
-        let ms: i64 = self
+    /// `expire_at_ms` (read with `PTTL`: within `slack_ms` of it); returns
+    /// the expiry Redis reports afterwards.
+    pub async fn delete_if_due(
+        &mut self,
+        key: &[u8],
+        expire_at_ms: i64,
+        slack_ms: i64,
+    ) -> RedisResult<Reading> {
+        if self.caps.method == Method::ExpireTime {
+            let ms: i64 = self
+                .delete_if_due
+                .key(key)
+                .arg(expire_at_ms)
+                .invoke_async(&mut self.conn)
+                .await?;
+            return Ok(Expiry::from_reply(ms).into());
+        }
+        let sent_ms = now_ms();
+        let left = (expire_at_ms - sent_ms).max(0) + slack_ms;
+        let ttl: i64 = self
             .delete_if_due
             .key(key)
-            .arg(expire_at_ms)
+            .arg(left)
             .invoke_async(&mut self.conn)
             .await?;
-        Ok(Expiry::from_reply(ms))
+        let hi = now_ms();
+        Ok(Reading {
+            expiry: Expiry::from_ttl(ttl, hi),
+            err_ms: hi - sent_ms,
+        })
     }
 
     /// One `SCAN cursor MATCH pattern COUNT 1000` step: the next cursor
@@ -118,13 +314,23 @@ impl Redis {
             .await
     }
 
-    /// `INFO sections` (several, space-separated, as Redis ≥ 7.0 takes
-    /// them), as text.
+    /// `INFO sections` (several, space-separated), as text: in one command
+    /// where Redis ≥ 7.0 takes them so, else one section a command in one
+    /// pipeline.
     pub async fn info(&mut self, sections: &str) -> RedisResult<String> {
-        redis::cmd("INFO")
-            .arg(sections.split(' ').collect::<Vec<_>>())
-            .query_async(&mut self.conn)
-            .await
+        let sections: Vec<&str> = sections.split(' ').collect();
+        if self.caps.info_sections {
+            return redis::cmd("INFO")
+                .arg(sections)
+                .query_async(&mut self.conn)
+                .await;
+        }
+        let mut pipe = redis::pipe();
+        for section in sections {
+            pipe.cmd("INFO").arg(section);
+        }
+        let texts: Vec<String> = pipe.query_async(&mut self.conn).await?;
+        Ok(texts.concat())
     }
 
     /// Merges the classes the bridge needs into `notify-keyspace-events`.
@@ -173,7 +379,7 @@ impl Redis {
 
 /// Did the command fail for want of a connection (rather than being
 /// refused by Redis)?
-fn unreachable(e: &redis::RedisError) -> bool {
+pub fn unreachable(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
@@ -197,5 +403,22 @@ mod tests {
         assert_eq!(missing_flags("KA"), "");
         assert_eq!(missing_flags("AKE"), "");
         assert_eq!(missing_flags("Kg$xe"), "");
+    }
+
+    #[test]
+    fn ttl_readings_are_the_latest_possible_expiry() {
+        assert_eq!(Expiry::from_ttl(-2, 1_000), Expiry::Gone);
+        assert_eq!(Expiry::from_ttl(-1, 1_000), Expiry::Persistent);
+        assert_eq!(Expiry::from_ttl(250, 1_000), Expiry::At(1_250));
+        assert_eq!(Expiry::from_ttl(0, 1_000), Expiry::At(1_000));
+        assert_eq!(time_ms(&(1_700_000_000, 123_999)), 1_700_000_000_123);
+    }
+
+    #[test]
+    fn versions_are_read_from_info() {
+        let info = "# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n";
+        assert_eq!(version_of(info), "6.2.14");
+        assert_eq!(major(&version_of(info)), Some(6));
+        assert_eq!(major(""), None);
     }
 }

@@ -43,7 +43,7 @@ use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Entry, Index, CANCELLED};
 use super::keys::key_hash;
-use super::redis_side::{Expiry, Redis};
+use super::redis_side::{Expiry, Reading, Redis};
 use super::server_side::{Flavour, Session};
 use super::triggers::Triggers;
 use super::work::Work;
@@ -124,10 +124,10 @@ impl Registry {
         self.redis[usize::from(node)].clone()
     }
 
-    /// What Redis says now about each key, one pipelined `PEXPIRETIME` per
-    /// node; in the order of `keys`.
-    async fn expiries(&self, keys: &[(u16, &[u8])]) -> Result<Vec<Expiry>> {
-        let mut out = vec![Expiry::Gone; keys.len()];
+    /// What Redis says now about each key, one pipelined read per node
+    /// (see `redis_side`); in the order of `keys`.
+    async fn expiries(&self, keys: &[(u16, &[u8])]) -> Result<Vec<Reading>> {
+        let mut out = vec![Reading::from(Expiry::Gone); keys.len()];
         let mut nodes: Vec<u16> = keys.iter().map(|k| k.0).collect();
         nodes.sort_unstable();
         nodes.dedup();
@@ -234,7 +234,7 @@ impl Registry {
             expiries.push(match deletes_key(due) {
                 true => {
                     self.redis(t.node)
-                        .delete_if_due(&t.key, t.expire_at_ms)
+                        .delete_if_due(&t.key, t.expire_at_ms, decide::EXPIRY_SLACK_MS)
                         .await?
                 }
                 false => looked.next().expect("one answer per key asked"),

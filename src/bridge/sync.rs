@@ -3,7 +3,7 @@
 //! order, and different keys proceed in parallel).
 //!
 //! Each worker takes whatever is queued, up to [`BATCH`] keys, and syncs
-//! them together (one pipelined `PEXPIRETIME`, one pipeline of puts, one
+//! them together (one pipelined expiry read, one pipeline of puts, one
 //! of deletes: a few round trips per batch instead of per key). A key
 //! queued twice in a batch (a `SET … EX` sends `set` *and* `expire`) is
 //! synced once: a sync reads Redis afresh, so the last of several syncs

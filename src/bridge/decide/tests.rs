@@ -64,7 +64,7 @@ fn sync_has_one_plan_per_case() {
         ("no TTL, never seen", EVENT, None, Persistent, Sync::Keep),
     ];
     for &(case, hint, current, expiry, want) in rows {
-        assert_eq!(sync(hint, current, expiry, NOW), want, "{case}");
+        assert_eq!(sync(hint, current, expiry.into(), NOW), want, "{case}");
     }
 }
 
@@ -129,8 +129,56 @@ fn fire_delivers_only_what_redis_no_longer_has() {
         ("expiry moved", cur, At(NOW + 5_000), at, NOW, Fire::Rearm { at: NOW + 5_000 }),
     ];
     for &(case, current, expiry, expire_at_ms, now, want) in rows {
-        assert_eq!(fire(current, expiry, expire_at_ms, now), want, "{case}");
+        assert_eq!(
+            fire(current, expiry.into(), expire_at_ms, now),
+            want,
+            "{case}"
+        );
     }
+}
+
+#[test]
+fn ttl_readings_agree_within_their_error() {
+    let pending = entry(NOW + 5_000, 7);
+    let read = |at, err_ms| Reading {
+        expiry: Expiry::At(at),
+        err_ms,
+    };
+    #[rustfmt::skip]
+    let rows: &[(&str, Hint, Reading, Sync)] = &[
+        ("1 ms later, error 1: the same expiry", EVENT, read(NOW + 5_001, 1), Sync::Keep),
+        ("2 ms earlier, error 2: the same expiry", EVENT, read(NOW + 4_998, 2), Sync::Keep),
+        ("verified against the index's deadline", VERIFY, read(NOW + 5_001, 1), Sync::Verify { at: NOW + 5_000, cur: pending }),
+        ("2 ms later, error 1: moved", EVENT, read(NOW + 5_002, 1), Sync::Arm { at: NOW + 5_002, old: Some(pending) }),
+    ];
+    for &(case, hint, reading, want) in rows {
+        assert_eq!(sync(hint, Some(pending), reading, NOW), want, "{case}");
+    }
+    // A tombstone or a delivered mark is never "the same expiry".
+    let tomb = entry(CANCELLED, 7);
+    let plan = sync(EVENT, Some(tomb), read(1, 5), NOW);
+    assert_eq!(
+        plan,
+        Sync::Arm {
+            at: 1,
+            old: Some(tomb)
+        }
+    );
+    // At the deadline, a reading within its error is the timer's own
+    // expiry: looked at again after the later of the two, never early.
+    let at = NOW - 1;
+    let cur = Some(entry(at, 8));
+    let still = fire(cur, read(at + 2, 3), at, NOW);
+    assert_eq!(
+        still,
+        Fire::Release {
+            until_ms: at + 2 + FIRE_AFTER_MS
+        }
+    );
+    assert_eq!(
+        fire(cur, read(at + 4, 3), at, NOW),
+        Fire::Rearm { at: at + 4 }
+    );
 }
 
 #[test]

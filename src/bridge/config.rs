@@ -17,10 +17,15 @@ pub const TIMER_TUBE_PREFIX: &str = "bridge-timers.";
 /// `sprout bridge …`: a bridge process talking to a server over TCP.
 #[derive(Clone, Debug, Args)]
 pub struct BridgeArgs {
-    /// A Redis node, as redis://HOST:PORT/DB; repeat for every master of a
-    /// Redis Cluster (keyspace events are per node).
-    #[arg(long = "redis", value_name = "URL", required = true)]
+    /// A Redis node, as redis://HOST:PORT/DB; repeat for every node that
+    /// holds keys (every backend of a proxy: keyspace events are per node).
+    #[arg(long = "redis", value_name = "URL", required_unless_present_any = ["twemproxy"])]
     pub redis: Vec<String>,
+
+    /// Watch the Redis backends of this twemproxy (nutcracker) YAML
+    /// configuration: every server of its `redis: true` pools.
+    #[arg(long = "twemproxy-config", value_name = "FILE")]
+    pub twemproxy: Option<PathBuf>,
 
     /// The beanstalk server, as HOST:PORT.
     #[arg(
@@ -255,8 +260,12 @@ impl Config {
 
     /// From `sprout bridge …`.
     pub fn from_args(args: &BridgeArgs) -> Result<Config, String> {
+        let mut urls = args.redis.clone();
+        if let Some(file) = &args.twemproxy {
+            urls.extend(twemproxy_backends(file)?);
+        }
         Config::new(
-            &args.redis,
+            &urls,
             &args.tube,
             &args.patterns,
             args.state_dir.clone(),
@@ -296,6 +305,14 @@ impl Config {
             &args.options(),
         ))
     }
+}
+
+/// The backends of the twemproxy configuration in `file`.
+fn twemproxy_backends(file: &std::path::Path) -> Result<Vec<String>, String> {
+    let yaml = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read --twemproxy-config {}: {e}", file.display()))?;
+    super::twemproxy::backends(&yaml)
+        .map_err(|e| format!("--twemproxy-config {}: {e}", file.display()))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! it survives crashes: in the job server, as a delayed timer job.
 //!
 //! How, module by module, bottom up (every import points down the list):
-//! * Leaves, the shared vocabulary: [`config`] (the flags, validated once),
+//! * Leaves, the shared vocabulary: [`config`] (the flags, validated once;
+//!   `twemproxy` reads a proxy's backends from its YAML),
 //!   `clock` (the one clock read), `keys` (the key hash of workers and
 //!   lock stripes, repeats in a batch), `work` (a key to sync and the
 //!   `Hint` of why), `gaps` (when a deletion could have gone unseen),
@@ -108,6 +109,7 @@ mod registry;
 pub mod server_side;
 mod sync;
 mod triggers;
+mod twemproxy;
 mod work;
 
 use std::future::Future;
@@ -159,6 +161,19 @@ pub async fn run_reporting(
         "bridge index open in {}",
         config.state_dir.display()
     );
+    // Starting waits for the job server and every node: a shutdown
+    // meanwhile ends it.
+    tokio::pin!(shutdown);
+    tokio::select! {
+        started = start(&config, &connector, &index) => started?,
+        () = &mut shutdown => return index.flush(),
+    }
+    shutdown.await;
+    index.flush()
+}
+
+/// Connects to the job server and the nodes, and spawns every task.
+async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Result<()> {
     let triggers = Triggers::new(config.nodes.len());
     let timer_tube = config.timer_tube.as_str();
     let session = |uses: &str, watches: Option<&str>| {
@@ -167,10 +182,10 @@ pub async fn run_reporting(
     let flavour = detect_flavour(&mut session(timer_tube, None)).await;
     let mut redis = Vec::new();
     for node in &config.nodes {
-        redis.push(connect_redis(node).await);
+        redis.push(connect_redis(node, config.pubsub).await?);
     }
     let registry = Arc::new(Registry::new(
-        &config,
+        config,
         index.clone(),
         redis.clone(),
         flavour,
@@ -214,8 +229,24 @@ pub async fn run_reporting(
         pubsub = config.pubsub,
         "bridge running"
     );
-    shutdown.await;
-    index.flush()
+    Ok(())
+}
+
+/// What the bridge does without the optional commands in `refused`.
+fn refusal_costs(refused: &[&str]) -> String {
+    let mut costs = Vec::new();
+    if refused.contains(&"CONFIG") {
+        costs.push(
+            "notify-keyspace-events cannot be switched on by the bridge (set Kg$xe on the node)",
+        );
+    }
+    if refused.contains(&"INFO") {
+        costs.push("FLUSHDB, FLUSHALL and restarts are only noticed every --scan-interval");
+    }
+    if refused.contains(&"TIME") {
+        costs.push("PTTL readings are timed by the bridge's clock (deadlines rounded up by the round trip)");
+    }
+    costs.join("; ")
 }
 
 /// Removes old delivered marks from the index, once a minute.
@@ -251,12 +282,48 @@ async fn detect_flavour(session: &mut Session) -> Flavour {
     }
 }
 
-async fn connect_redis(node: &config::Node) -> Redis {
+/// Connects to `node` (retrying while it cannot be reached) and says what
+/// it is; an error if it refuses what the bridge cannot do without.
+async fn connect_redis(node: &config::Node, pubsub: bool) -> io::Result<Redis> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match Redis::connect(node).await {
+        match Redis::connect(node, pubsub).await {
             Ok(redis) => {
                 let caps = redis.caps();
+                let needs = caps.missing_needs();
+                if !needs.is_empty() {
+                    let why = format!(
+                        "{} refuses {} (of the commands the bridge uses, it refused {}): \
+                         the bridge needs {} on every node it watches. Behind a proxy \
+                         (twemproxy, Codis), point the bridge at the backends: --redis \
+                         for each, or --twemproxy-config FILE{}",
+                        node.url,
+                        needs.join(", "),
+                        caps.refused.join(", "),
+                        needs.join(" and "),
+                        if needs == ["PSUBSCRIBE"] {
+                            "; or learn TTLs by SCAN alone, --no-pubsub"
+                        } else {
+                            ""
+                        },
+                    );
+                    return Err(io::Error::other(why));
+                }
+                // A missing PEXPIRETIME is said below, with what replaces it.
+                let refused: Vec<&str> = caps
+                    .refused
+                    .iter()
+                    .copied()
+                    .filter(|&c| c != "PEXPIRETIME")
+                    .collect();
+                if !refused.is_empty() {
+                    tracing::warn!(
+                        node = %node.url,
+                        "the node refuses {}: {}",
+                        refused.join(", "),
+                        refusal_costs(&refused)
+                    );
+                }
                 let how = match caps.method {
                     redis_side::Method::ExpireTime => "PEXPIRETIME (exact)",
                     redis_side::Method::TtlServerClock => {
@@ -268,7 +335,7 @@ async fn connect_redis(node: &config::Node) -> Redis {
                     }
                 };
                 tracing::info!(node = %node.url, version = %caps.version, "expiries read with {how}");
-                return redis;
+                return Ok(redis);
             }
             Err(e) => {
                 tracing::warn!(node = %node.url, error = %e, "cannot connect to Redis; retrying");

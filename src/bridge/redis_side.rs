@@ -99,40 +99,111 @@ pub struct Caps {
     pub method: Method,
     /// `INFO a b` with several sections (Redis ≥ 7.0); else one at a time.
     pub info_sections: bool,
+    /// The commands the node refused (answered an error, or closed the
+    /// connection, as proxies do), of those the bridge uses.
+    pub refused: Vec<&'static str>,
 }
 
 impl Caps {
-    /// Asks the node. A refused probe is a missing capability; only a lost
-    /// connection is an error.
-    async fn probe(conn: &mut ConnectionManager) -> RedisResult<Caps> {
-        let info: RedisResult<String> = redis::cmd("INFO").arg("server").query_async(conn).await;
-        let version = match info {
-            Ok(text) => version_of(&text),
-            Err(e) if unreachable(&e) => return Err(e),
-            Err(_) => String::new(),
+    /// Asks the node, each probe on a connection of its own (a proxy closes
+    /// the connection on a command it does not forward). A refused probe is
+    /// a missing capability; only a node that cannot be reached is an
+    /// error (try again later). `pubsub`: probe `PSUBSCRIBE` too.
+    async fn probe(client: &redis::Client, pubsub: bool) -> RedisResult<Caps> {
+        let mut refused = Vec::new();
+        let info = answer::<String>(client, redis::cmd("INFO").arg("server")).await?;
+        let version = info.as_deref().map(version_of).unwrap_or_default();
+        if info.is_none() {
+            refused.push("INFO");
+        }
+        let key = "sprout-bridge:probe";
+        let mut has = async |name: &'static str, cmd: &redis::Cmd| {
+            let ok = answer::<redis::Value>(client, cmd).await?.is_some();
+            if !ok {
+                refused.push(name);
+            }
+            RedisResult::Ok(ok)
         };
-        let has = |reply: RedisResult<redis::Value>| match reply {
-            Ok(_) => Ok(true),
-            Err(e) if unreachable(&e) => Err(e),
-            Err(_) => Ok(false),
-        };
-        let probe_key = "sprout-bridge:probe";
-        let method = if has(redis::cmd("PEXPIRETIME")
-            .arg(probe_key)
-            .query_async(conn)
-            .await)?
-        {
-            Method::ExpireTime
-        } else if has(redis::cmd("TIME").query_async(conn).await)? {
-            Method::TtlServerClock
-        } else {
-            Method::TtlLocalClock
+        let expiretime = has("PEXPIRETIME", redis::cmd("PEXPIRETIME").arg(key)).await?;
+        let time = has("TIME", &redis::cmd("TIME")).await?;
+        let ttl = has("PTTL", redis::cmd("PTTL").arg(key)).await?;
+        let scan = redis::cmd("SCAN")
+            .arg(0)
+            .arg("MATCH")
+            .arg(key)
+            .arg("COUNT")
+            .arg(1)
+            .clone();
+        has("SCAN", &scan).await?;
+        let config = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events")
+            .clone();
+        has("CONFIG", &config).await?;
+        if pubsub && !psubscribes(client).await? {
+            refused.push("PSUBSCRIBE");
+        }
+        let method = match (expiretime, time, ttl) {
+            (true, _, _) => Method::ExpireTime,
+            (false, true, _) => Method::TtlServerClock,
+            _ => Method::TtlLocalClock,
         };
         Ok(Caps {
             info_sections: major(&version) >= Some(7),
             version,
             method,
+            refused,
         })
+    }
+
+    /// What keeps the bridge from working with this node at all: a way to
+    /// read expiries, SCAN, and (unless `--no-pubsub`) keyspace events.
+    pub fn missing_needs(&self) -> Vec<&'static str> {
+        let refused = |c: &str| self.refused.contains(&c);
+        let mut needs: Vec<&'static str> = Vec::new();
+        if refused("PEXPIRETIME") && refused("PTTL") {
+            needs.push("PEXPIRETIME or PTTL");
+        }
+        for c in ["SCAN", "PSUBSCRIBE"] {
+            if refused(c) {
+                needs.push(c);
+            }
+        }
+        needs
+    }
+}
+
+/// `cmd`'s answer on a connection of its own; `None` if the node refused
+/// it (an error, or the connection closed while a fresh one still answers
+/// `PING`); an error only if the node cannot be reached.
+async fn answer<T: redis::FromRedisValue>(
+    client: &redis::Client,
+    cmd: &redis::Cmd,
+) -> RedisResult<Option<T>> {
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    match cmd.query_async::<T>(&mut conn).await {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if unreachable(&e) => {
+            let mut fresh = client.get_multiplexed_async_connection().await?;
+            let _: String = redis::cmd("PING").query_async(&mut fresh).await?;
+            Ok(None)
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+/// Whether the node takes a `PSUBSCRIBE` (on a pub/sub connection of its
+/// own, dropped afterwards).
+async fn psubscribes(client: &redis::Client) -> RedisResult<bool> {
+    let mut pubsub = client.get_async_pubsub().await?;
+    match pubsub.psubscribe("sprout-bridge:probe").await {
+        Ok(()) => Ok(true),
+        Err(e) if unreachable(&e) => {
+            let mut fresh = client.get_multiplexed_async_connection().await?;
+            let _: String = redis::cmd("PING").query_async(&mut fresh).await?;
+            Ok(false)
+        }
+        Err(_) => Ok(false),
     }
 }
 
@@ -187,10 +258,12 @@ pub struct Redis {
 }
 
 impl Redis {
-    pub async fn connect(node: &Node) -> RedisResult<Redis> {
+    /// Connects to `node` and finds out what it can do (`pubsub`: whether
+    /// keyspace events will be asked of it).
+    pub async fn connect(node: &Node, pubsub: bool) -> RedisResult<Redis> {
         let client = redis::Client::open(node.info.clone())?;
-        let mut conn = ConnectionManager::new(client).await?;
-        let caps = Caps::probe(&mut conn).await?;
+        let caps = Caps::probe(&client, pubsub).await?;
+        let conn = ConnectionManager::new(client).await?;
         let script = match caps.method {
             Method::ExpireTime => DELETE_IF_DUE,
             _ => DELETE_IF_DUE_TTL,

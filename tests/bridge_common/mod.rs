@@ -523,3 +523,215 @@ impl Setup {
         )
     }
 }
+
+/// Kills a child process (and reaps it) on drop.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits (5 s at most) until something listens on `port`.
+#[track_caller]
+pub fn wait_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start on {port}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A twemproxy (Debian's `nutcracker`) in front of `backends`, on a free
+/// port; its configuration file is [`Nutcracker::config`].
+pub struct Nutcracker {
+    _process: Process,
+    pub port: u16,
+    dir: TempDir,
+}
+
+impl Nutcracker {
+    pub fn start(backends: &[&Redis]) -> Nutcracker {
+        let dir = TempDir::new();
+        let port = TestServer::free_port();
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("   - 127.0.0.1:{}:1 backend{i}\n", r.port))
+            .collect();
+        let yaml = format!(
+            "sprout:\n  listen: 127.0.0.1:{port}\n  hash: fnv1a_64\n  distribution: ketama\n  \
+             redis: true\n  servers:\n{servers}"
+        );
+        std::fs::write(dir.path().join("nutcracker.yml"), yaml).expect("write the config");
+        let child = Command::new("nutcracker")
+            .arg("-c")
+            .arg(dir.path().join("nutcracker.yml"))
+            .args([
+                "-s",
+                &TestServer::free_port().to_string(),
+                "-a",
+                "127.0.0.1",
+            ])
+            .arg("-o")
+            .arg(dir.path().join("nutcracker.log"))
+            .arg("-p")
+            .arg(dir.path().join("nutcracker.pid"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn nutcracker");
+        let process = Process(child);
+        wait_port(port, "nutcracker");
+        Nutcracker {
+            _process: process,
+            port,
+            dir,
+        }
+    }
+
+    pub fn config(&self) -> std::path::PathBuf {
+        self.dir.path().join("nutcracker.yml")
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+/// Runs `sprout bridge args` until it exits (10 s at most): its status and
+/// what it wrote to stderr.
+pub fn bridge_exit(args: &[String]) -> (std::process::ExitStatus, String) {
+    let logs = TempDir::new();
+    let path = logs.path().join("stderr");
+    let stderr = std::fs::File::create(&path).expect("stderr file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .arg("bridge")
+        .args(args)
+        .env("RUST_LOG", "sprout=info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn sprout bridge");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return (status, std::fs::read_to_string(&path).unwrap_or_default());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            panic!("the bridge did not exit within 10 s: {log}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The arguments of a bridge on `sources` (`--redis URL`, … as words)
+/// delivering `dev:*` to `offline` on the server at `server_port`.
+pub fn bridge_args_for(sources: &[&str], server_port: u16, state: &Path) -> Vec<String> {
+    let mut args: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+    args.extend(
+        [
+            "--server",
+            &format!("127.0.0.1:{server_port}"),
+            "--tube",
+            "offline",
+            "--state-dir",
+            &state.display().to_string(),
+            "--match",
+            "dev:*",
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+/// Lateness (received minus expire_at_ms) of `got`: p50, p99 and max, in ms.
+pub fn lateness(got: &[Delivered]) -> (i64, i64, i64) {
+    let mut late: Vec<i64> = got.iter().map(|d| d.received_ms - d.expire_at_ms).collect();
+    late.sort_unstable();
+    if late.is_empty() {
+        return (0, 0, 0);
+    }
+    let at = |q: f64| late[((late.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), late[late.len() - 1])
+}
+
+/// Writes `n` keys `dev:PREFIX:I` through `conn` (one pipeline of `SET …
+/// PXAT`), due evenly over `spread_ms` starting `lead_ms` from now; returns
+/// each key with its deadline.
+pub fn write_keys(
+    conn: &mut redis::Connection,
+    prefix: &str,
+    n: usize,
+    lead_ms: i64,
+    spread_ms: i64,
+) -> std::collections::BTreeMap<String, i64> {
+    let start = now_ms() + lead_ms;
+    let mut want = std::collections::BTreeMap::new();
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        let key = format!("dev:{prefix}:{i}");
+        let at = start + spread_ms * i as i64 / n.max(1) as i64;
+        pipe.cmd("SET")
+            .arg(&key)
+            .arg("x")
+            .arg("PXAT")
+            .arg(at)
+            .ignore();
+        want.insert(key, at);
+    }
+    let _: () = pipe.query(conn).expect("write the keys");
+    want
+}
+
+/// How many keys to write in the lateness runs: `SPROUT_BRIDGE_KEYS`, else
+/// `default`.
+pub fn keys_to_write(default: usize) -> usize {
+    std::env::var("SPROUT_BRIDGE_KEYS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Asserts that `got` holds each key of `want` exactly once, at its
+/// deadline, never early and at most `max_late_ms` late; prints the
+/// lateness as `deployment` saw it.
+#[track_caller]
+pub fn assert_each_once(
+    deployment: &str,
+    got: &[Delivered],
+    want: &std::collections::BTreeMap<String, i64>,
+    max_late_ms: i64,
+) {
+    let mut seen = std::collections::BTreeMap::new();
+    for d in got {
+        *seen.entry(d.key.as_str()).or_insert(0) += 1;
+    }
+    let doubled: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    let lost: Vec<_> = want
+        .keys()
+        .filter(|k| !seen.contains_key(k.as_str()))
+        .collect();
+    let stray: Vec<_> = seen.keys().filter(|k| !want.contains_key(**k)).collect();
+    let (p50, p99, max) = lateness(got);
+    eprintln!(
+        "{deployment}: {} keys, {} delivered, lost {}, doubled {}, lateness p50 {p50} ms, p99 {p99} ms, max {max} ms",
+        want.len(),
+        got.len(),
+        lost.len(),
+        doubled.len()
+    );
+    assert!(lost.is_empty(), "lost {}: {lost:?}", lost.len());
+    assert!(doubled.is_empty(), "doubled: {doubled:?}");
+    assert!(stray.is_empty(), "not written: {stray:?}");
+    for d in got {
+        assert_eq!(d.expire_at_ms, want[&d.key], "{d:?}");
+        assert_on_time(d, max_late_ms);
+    }
+}

@@ -19,13 +19,19 @@ pub const TIMER_TUBE_PREFIX: &str = "bridge-timers.";
 pub struct BridgeArgs {
     /// A Redis node, as redis://HOST:PORT/DB; repeat for every node that
     /// holds keys (every backend of a proxy: keyspace events are per node).
-    #[arg(long = "redis", value_name = "URL", required_unless_present_any = ["twemproxy"])]
+    #[arg(long = "redis", value_name = "URL", required_unless_present_any = ["twemproxy", "sentinel"])]
     pub redis: Vec<String>,
 
     /// Watch the Redis backends of this twemproxy (nutcracker) YAML
     /// configuration: every server of its `redis: true` pools.
     #[arg(long = "twemproxy-config", value_name = "FILE")]
     pub twemproxy: Option<PathBuf>,
+
+    /// A master watched by Redis Sentinel, as
+    /// redis://SENTINEL:PORT[,SENTINEL:PORT…]/MASTER_NAME: the bridge asks
+    /// the sentinels where it is and follows its failovers; repeatable.
+    #[arg(long = "redis-sentinel", value_name = "URL")]
+    pub sentinel: Vec<String>,
 
     /// The beanstalk server, as HOST:PORT.
     #[arg(
@@ -168,7 +174,10 @@ impl EmbeddedArgs {
 #[derive(Clone, Debug)]
 pub struct Node {
     pub url: String,
+    /// Where it is; for a Sentinel master, only its database and
+    /// credentials count (the sentinels say where it is).
     pub info: redis::ConnectionInfo,
+    pub sentinel: Option<super::sentinel::Sentinel>,
 }
 
 impl Node {
@@ -218,6 +227,7 @@ impl Config {
                     .map(|info| Node {
                         url: url.clone(),
                         info,
+                        sentinel: None,
                     })
                     .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
             })
@@ -264,13 +274,25 @@ impl Config {
         if let Some(file) = &args.twemproxy {
             urls.extend(twemproxy_backends(file)?);
         }
-        Config::new(
-            &urls,
+        let sentinels = args
+            .sentinel
+            .iter()
+            .map(|url| sentinel_node(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Config::new checks the URLs; Sentinel masters join afterwards.
+        let placeholder = ["redis://127.0.0.1/0".to_string()];
+        let mut config = Config::new(
+            if urls.is_empty() { &placeholder } else { &urls },
             &args.tube,
             &args.patterns,
             args.state_dir.clone(),
             &args.options,
-        )
+        )?;
+        if urls.is_empty() {
+            config.nodes.clear();
+        }
+        config.nodes.extend(sentinels);
+        Ok(config)
     }
 
     /// From the server's embedded flags; `None` when no `--redis-bridge`
@@ -305,6 +327,18 @@ impl Config {
             &args.options(),
         ))
     }
+}
+
+/// The node of a `--redis-sentinel` URL (database 0).
+fn sentinel_node(url: &str) -> Result<Node, String> {
+    let sentinel = super::sentinel::Sentinel::parse(url)?;
+    let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/0")
+        .map_err(|e| e.to_string())?;
+    Ok(Node {
+        url: url.to_owned(),
+        info,
+        sentinel: Some(sentinel),
+    })
 }
 
 /// The backends of the twemproxy configuration in `file`.

@@ -4,6 +4,10 @@
 //! matters for `expired` (the timer delivers); everything else is re-read
 //! from Redis (`PEXPIRETIME`, or `PTTL`), so events need no interpretation.
 //!
+//! The subscription goes wherever the node's connection is: when it moves
+//! (a Sentinel failover, see `sentinel`), the old one is dropped and the
+//! new master subscribed, which reconciles it.
+//!
 //! Before each (re)subscription the needed `notify-keyspace-events` classes
 //! are switched on (a restarted Redis forgets them). After a lost
 //! connection the node is reconciled, since events sent meanwhile are lost
@@ -35,7 +39,11 @@ pub async fn run(
     let prefix = format!("__keyspace@{}__:", node.db());
     let mut backoff = BACKOFF_MIN;
     let mut first = true;
+    let mut switches = redis.switches();
     loop {
+        // Seen before subscribing: a switch from now on ends the
+        // subscription below.
+        switches.borrow_and_update();
         let subscribed = match redis.enable_notifications().await {
             Ok(missing) => {
                 if !missing.is_empty() {
@@ -46,7 +54,7 @@ pub async fn run(
                          only seen by SCAN every --scan-interval"
                     );
                 }
-                subscribe(&node, &prefix, &patterns).await
+                subscribe(redis.address(), &prefix, &patterns).await
             }
             Err(e) => Err(e),
         };
@@ -61,7 +69,15 @@ pub async fn run(
                 triggers.subscribed(index);
                 backoff = BACKOFF_MIN;
                 let mut messages = pubsub.into_on_message();
-                while let Some(msg) = messages.next().await {
+                loop {
+                    let msg = tokio::select! {
+                        msg = messages.next() => msg,
+                        _ = switches.changed() => {
+                            tracing::info!(node = %node.url, "the node moved; subscribing there");
+                            None
+                        }
+                    };
+                    let Some(msg) = msg else { break };
                     let channel: Vec<u8> = msg.get_channel().unwrap_or_default();
                     let Some(key) = channel.strip_prefix(prefix.as_bytes()) else {
                         continue;
@@ -87,11 +103,11 @@ pub async fn run(
 }
 
 async fn subscribe(
-    node: &Node,
+    address: redis::ConnectionInfo,
     prefix: &str,
     patterns: &[String],
 ) -> redis::RedisResult<redis::aio::PubSub> {
-    let client = redis::Client::open(node.info.clone())?;
+    let client = redis::Client::open(address)?;
     let mut pubsub = client.get_async_pubsub().await?;
     for pattern in patterns {
         pubsub.psubscribe(format!("{prefix}{pattern}")).await?;

@@ -64,7 +64,14 @@ pub async fn run(node: u16, mut redis: Redis, triggers: Triggers) {
     // it does not count came after that time.
     let mut last: Option<(Stamp, i64)> = None;
     let mut refused = false;
+    let mut switches = redis.switches();
     loop {
+        if switches.has_changed().unwrap_or(false) {
+            // Another node now (a failover): its run_id and counters are
+            // its own, not a wipe.
+            switches.borrow_and_update();
+            last = None;
+        }
         let asked_ms = now_ms();
         match redis.info("server commandstats").await {
             Ok(info) => {

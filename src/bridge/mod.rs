@@ -19,7 +19,8 @@
 //!   (the small durable index, a map in memory logged under
 //!   `--state-dir`: key → (expiry, current timer id)).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
-//!   their quirks; `failure` (why a step failed, and the retry).
+//!   their quirks; `failure` (why a step failed, and the retry);
+//!   `sentinel` (where a Sentinel master is now, and following it).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
 //!   answer, hint, now) to a plan, table-tested.
 //! * Workers: `registry` carries the plans out under per-key locks, in
@@ -106,6 +107,7 @@ mod keys;
 mod reconcile;
 mod redis_side;
 mod registry;
+mod sentinel;
 pub mod server_side;
 mod sync;
 mod triggers;
@@ -209,6 +211,11 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
                 triggers.clone(),
             ));
         }
+        if let Some(s) = &node.sentinel {
+            let follow =
+                sentinel::follow(i, s.clone(), redis.clone(), triggers.clone(), config.pubsub);
+            tokio::spawn(follow);
+        }
         tokio::spawn(flushes::run(i, redis.clone(), triggers.clone()));
         let reconcile = reconcile::Node {
             node: i,
@@ -287,7 +294,17 @@ async fn detect_flavour(session: &mut Session) -> Flavour {
 async fn connect_redis(node: &config::Node, pubsub: bool) -> io::Result<Redis> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match Redis::connect(node, pubsub).await {
+        let connected = match &node.sentinel {
+            None => Redis::connect(node, pubsub).await,
+            Some(s) => match s.master_addr().await {
+                Ok((host, port)) => {
+                    tracing::info!(node = %node.url, "Sentinel: the master {} is at {host}:{port}", s.master);
+                    Redis::connect_to(sentinel::at(&node.info, &host, port), pubsub).await
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match connected {
             Ok(redis) => {
                 let caps = redis.caps();
                 let needs = caps.missing_needs();

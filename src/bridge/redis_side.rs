@@ -249,35 +249,97 @@ end
 return ttl
 ";
 
-/// A command connection to one node.
+/// A command connection to one node; clones share it. Where the node's
+/// address can change (the master of a Sentinel deployment), a switch
+/// ([`Redis::switch_to`]) moves every clone to the new address at once, and
+/// tells whoever watches [`Redis::switches`].
 #[derive(Clone)]
-pub struct Redis {
+pub struct Redis(Arc<Shared>);
+
+struct Shared {
+    current: std::sync::RwLock<Conn>,
+    switches: tokio::sync::watch::Sender<u64>,
+    pubsub: bool,
+}
+
+/// The connection to the node's current address.
+#[derive(Clone)]
+struct Conn {
     conn: ConnectionManager,
     delete_if_due: Script,
     caps: Arc<Caps>,
+    address: redis::ConnectionInfo,
 }
 
-impl Redis {
-    /// Connects to `node` and finds out what it can do (`pubsub`: whether
-    /// keyspace events will be asked of it).
-    pub async fn connect(node: &Node, pubsub: bool) -> RedisResult<Redis> {
-        let client = redis::Client::open(node.info.clone())?;
+impl Conn {
+    async fn open(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Conn> {
+        let client = redis::Client::open(address.clone())?;
         let caps = Caps::probe(&client, pubsub).await?;
         let conn = ConnectionManager::new(client).await?;
         let script = match caps.method {
             Method::ExpireTime => DELETE_IF_DUE,
             _ => DELETE_IF_DUE_TTL,
         };
-        Ok(Redis {
+        Ok(Conn {
             conn,
             delete_if_due: Script::new(script),
             caps: Arc::new(caps),
+            address,
         })
+    }
+}
+
+impl Redis {
+    /// Connects to `node` and finds out what it can do (`pubsub`: whether
+    /// keyspace events will be asked of it).
+    pub async fn connect(node: &Node, pubsub: bool) -> RedisResult<Redis> {
+        Redis::connect_to(node.info.clone(), pubsub).await
+    }
+
+    /// Connects to the node at `address`.
+    pub async fn connect_to(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Redis> {
+        let conn = Conn::open(address, pubsub).await?;
+        Ok(Redis(Arc::new(Shared {
+            current: std::sync::RwLock::new(conn),
+            switches: tokio::sync::watch::Sender::new(0),
+            pubsub,
+        })))
+    }
+
+    /// Moves every clone to the node at `address` (probed first; on an
+    /// error nothing changes).
+    pub async fn switch_to(&self, address: redis::ConnectionInfo) -> RedisResult<()> {
+        let conn = Conn::open(address, self.0.pubsub).await?;
+        *self.0.current.write().unwrap_or_else(|e| e.into_inner()) = conn;
+        self.0.switches.send_modify(|n| *n += 1);
+        Ok(())
+    }
+
+    /// Changes each time [`Redis::switch_to`] moves the connection.
+    pub fn switches(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.switches.subscribe()
+    }
+
+    fn current(&self) -> Conn {
+        self.0
+            .current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.current().conn
     }
 
     /// What the node is and can do (as found at connect).
-    pub fn caps(&self) -> &Caps {
-        &self.caps
+    pub fn caps(&self) -> Arc<Caps> {
+        self.current().caps
+    }
+
+    /// Where the node is now.
+    pub fn address(&self) -> redis::ConnectionInfo {
+        self.current().address
     }
 
     /// The expiry of every key in `keys`, in one pipeline (one round
@@ -287,7 +349,8 @@ impl Redis {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        let method = self.caps.method;
+        let mut current = self.current();
+        let method = current.caps.method;
         if method == Method::TtlServerClock {
             pipe.cmd("TIME");
         }
@@ -301,7 +364,7 @@ impl Redis {
             pipe.cmd("TIME");
         }
         let sent_ms = now_ms();
-        let mut replies: Vec<redis::Value> = pipe.query_async(&mut self.conn).await?;
+        let mut replies: Vec<redis::Value> = pipe.query_async(&mut current.conn).await?;
         let (lo, hi) = match method {
             Method::ExpireTime => {
                 let ms: Vec<i64> = redis::from_redis_value(&redis::Value::Array(replies))?;
@@ -331,7 +394,7 @@ impl Redis {
 
     /// The key's value; `None` if it is gone or not a string.
     pub async fn value(&mut self, key: &[u8]) -> RedisResult<Option<Vec<u8>>> {
-        match self.conn.get::<_, Option<Vec<u8>>>(key).await {
+        match self.conn().get::<_, Option<Vec<u8>>>(key).await {
             Err(e) if e.code() == Some("WRONGTYPE") => Ok(None),
             other => other,
         }
@@ -346,22 +409,24 @@ impl Redis {
         expire_at_ms: i64,
         slack_ms: i64,
     ) -> RedisResult<Reading> {
-        if self.caps.method == Method::ExpireTime {
-            let ms: i64 = self
+        let current = self.current();
+        let mut conn = current.conn.clone();
+        if current.caps.method == Method::ExpireTime {
+            let ms: i64 = current
                 .delete_if_due
                 .key(key)
                 .arg(expire_at_ms)
-                .invoke_async(&mut self.conn)
+                .invoke_async(&mut conn)
                 .await?;
             return Ok(Expiry::from_reply(ms).into());
         }
         let sent_ms = now_ms();
         let left = (expire_at_ms - sent_ms).max(0) + slack_ms;
-        let ttl: i64 = self
+        let ttl: i64 = current
             .delete_if_due
             .key(key)
             .arg(left)
-            .invoke_async(&mut self.conn)
+            .invoke_async(&mut conn)
             .await?;
         let hi = now_ms();
         Ok(Reading {
@@ -383,7 +448,7 @@ impl Redis {
             .arg(pattern)
             .arg("COUNT")
             .arg(1000)
-            .query_async(&mut self.conn)
+            .query_async(&mut self.conn())
             .await
     }
 
@@ -392,17 +457,17 @@ impl Redis {
     /// pipeline.
     pub async fn info(&mut self, sections: &str) -> RedisResult<String> {
         let sections: Vec<&str> = sections.split(' ').collect();
-        if self.caps.info_sections {
+        if self.caps().info_sections {
             return redis::cmd("INFO")
                 .arg(sections)
-                .query_async(&mut self.conn)
+                .query_async(&mut self.conn())
                 .await;
         }
         let mut pipe = redis::pipe();
         for section in sections {
             pipe.cmd("INFO").arg(section);
         }
-        let texts: Vec<String> = pipe.query_async(&mut self.conn).await?;
+        let texts: Vec<String> = pipe.query_async(&mut self.conn()).await?;
         Ok(texts.concat())
     }
 
@@ -428,7 +493,7 @@ impl Redis {
             .arg("SET")
             .arg("notify-keyspace-events")
             .arg(&wanted)
-            .query_async(&mut self.conn)
+            .query_async(&mut self.conn())
             .await;
         match set {
             Err(e) if unreachable(&e) => Err(e),
@@ -444,7 +509,7 @@ impl Redis {
         let reply: Vec<String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("notify-keyspace-events")
-            .query_async(&mut self.conn)
+            .query_async(&mut self.conn())
             .await?;
         Ok(reply.get(1).cloned().unwrap_or_default())
     }

@@ -29,7 +29,23 @@ on_every_redis!(
     scan_alone_finds_ttls_without_pubsub,
     a_restarted_redis_is_followed_again,
     keys_that_expire_before_the_bridge_sees_them_are_still_delivered,
+    thousands_of_keys_are_each_delivered_once_on_time,
 );
+
+/// A few thousand keys (`SPROUT_BRIDGE_KEYS`, default 2,000) due over two
+/// seconds: each delivered once; prints the lateness.
+fn thousands_of_keys_are_each_delivered_once_on_time(v: Version) {
+    if !can_run_on(v, "thousands_of_keys_are_each_delivered_once_on_time") {
+        return;
+    }
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
+    let n = bridge_common::keys_to_write(2_000);
+    let want = bridge_common::write_keys(&mut s.redis.conn(), "many", n, 1_000, 2_000);
+    let got = s.worker.drain(Duration::from_millis(1_500));
+    let deployment = format!("one node, {v:?}");
+    let tolerance = v.tolerance_ms();
+    bridge_common::assert_each_once(&deployment, &got, &want, 500, tolerance);
+}
 
 fn fractional_ttls_are_delivered_on_time(v: Version) {
     if !can_run_on(v, "fractional_ttls_are_delivered_on_time") {

@@ -19,7 +19,7 @@ pub const TIMER_TUBE_PREFIX: &str = "bridge-timers.";
 pub struct BridgeArgs {
     /// A Redis node, as redis://HOST:PORT/DB; repeat for every node that
     /// holds keys (every backend of a proxy: keyspace events are per node).
-    #[arg(long = "redis", value_name = "URL", required_unless_present_any = ["twemproxy", "sentinel"])]
+    #[arg(long = "redis", value_name = "URL", required_unless_present_any = ["twemproxy", "sentinel", "cluster"])]
     pub redis: Vec<String>,
 
     /// Watch the Redis backends of this twemproxy (nutcracker) YAML
@@ -32,6 +32,12 @@ pub struct BridgeArgs {
     /// the sentinels where it is and follows its failovers; repeatable.
     #[arg(long = "redis-sentinel", value_name = "URL")]
     pub sentinel: Vec<String>,
+
+    /// A Redis Cluster, as redis://ANY_NODE:PORT: the bridge finds its
+    /// masters and follows reshardings and failovers; repeatable (one per
+    /// cluster).
+    #[arg(long = "redis-cluster", value_name = "URL")]
+    pub cluster: Vec<String>,
 
     /// The beanstalk server, as HOST:PORT.
     #[arg(
@@ -178,6 +184,8 @@ pub struct Node {
     /// credentials count (the sentinels say where it is).
     pub info: redis::ConnectionInfo,
     pub sentinel: Option<super::sentinel::Sentinel>,
+    /// A Redis Cluster, found from this node.
+    pub cluster: bool,
 }
 
 impl Node {
@@ -228,6 +236,7 @@ impl Config {
                         url: url.clone(),
                         info,
                         sentinel: None,
+                        cluster: false,
                     })
                     .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
             })
@@ -274,6 +283,8 @@ impl Config {
         if let Some(file) = &args.twemproxy {
             urls.extend(twemproxy_backends(file)?);
         }
+        let clusters = args.cluster.len();
+        urls.extend(args.cluster.iter().cloned());
         let sentinels = args
             .sentinel
             .iter()
@@ -290,6 +301,10 @@ impl Config {
         )?;
         if urls.is_empty() {
             config.nodes.clear();
+        }
+        let first_cluster = config.nodes.len() - clusters;
+        for node in &mut config.nodes[first_cluster..] {
+            node.cluster = true;
         }
         config.nodes.extend(sentinels);
         Ok(config)
@@ -338,6 +353,7 @@ fn sentinel_node(url: &str) -> Result<Node, String> {
         url: url.to_owned(),
         info,
         sentinel: Some(sentinel),
+        cluster: false,
     })
 }
 

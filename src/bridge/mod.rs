@@ -95,6 +95,7 @@
 
 mod body;
 mod clock;
+mod cluster;
 pub mod config;
 mod decide;
 mod events;
@@ -120,6 +121,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use clock::now_ms;
+use cluster::{Cluster, Target};
 use config::Config;
 use index::Index;
 use redis_side::Redis;
@@ -182,14 +184,17 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         Session::new(connector.clone(), uses, watches, triggers.clone())
     };
     let flavour = detect_flavour(&mut session(timer_tube, None)).await;
-    let mut redis = Vec::new();
+    let mut targets = Vec::new();
     for node in &config.nodes {
-        redis.push(connect_redis(node, config.pubsub).await?);
+        targets.push(match node.cluster {
+            false => Target::One(connect_redis(node, config.pubsub).await?),
+            true => Target::Cluster(connect_cluster(node, config.pubsub).await),
+        });
     }
     let registry = Arc::new(Registry::new(
         config,
         index.clone(),
-        redis.clone(),
+        targets.clone(),
         flavour,
         triggers.clone(),
     ));
@@ -199,8 +204,26 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         let out = session(config.tube.as_str(), None);
         tokio::spawn(fire::work(registry.clone(), timers, out));
     }
-    for (i, (node, redis)) in config.nodes.iter().zip(redis).enumerate() {
+    for (i, (node, target)) in config.nodes.iter().zip(targets).enumerate() {
         let i = i as u16;
+        let reconcile = reconcile::Node {
+            node: i,
+            redis: target.clone(),
+            patterns: config.patterns.clone(),
+            interval: config.scan_interval,
+            queue: queue.clone(),
+            triggers: triggers.clone(),
+            index: index.clone(),
+        };
+        tokio::spawn(reconcile::run(reconcile, config.pubsub));
+        let redis = match target {
+            Target::One(redis) => redis,
+            Target::Cluster(cluster) => {
+                let watch = watch_cluster(i, node.clone(), cluster, config, &queue, &triggers);
+                tokio::spawn(watch);
+                continue;
+            }
+        };
         if config.pubsub {
             tokio::spawn(events::run(
                 i,
@@ -217,16 +240,6 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
             tokio::spawn(follow);
         }
         tokio::spawn(flushes::run(i, redis.clone(), triggers.clone()));
-        let reconcile = reconcile::Node {
-            node: i,
-            redis,
-            patterns: config.patterns.clone(),
-            interval: config.scan_interval,
-            queue: queue.clone(),
-            triggers: triggers.clone(),
-            index: index.clone(),
-        };
-        tokio::spawn(reconcile::run(reconcile, config.pubsub));
     }
     tokio::spawn(sweep_marks(index.clone()));
     tracing::info!(
@@ -237,6 +250,66 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         "bridge running"
     );
     Ok(())
+}
+
+/// Finds the cluster of `node` (retrying until a node answers).
+async fn connect_cluster(node: &config::Node, pubsub: bool) -> Cluster {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match Cluster::discover(node.info.clone(), pubsub).await {
+            Ok(cluster) => return cluster,
+            Err(e) => {
+                tracing::warn!(node = %node.url, error = %e, "cannot read the cluster's topology; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Follows the masters of cluster node `i` forever: every master met gets
+/// its keyspace events and wipe watch (a new one, after a failover or an
+/// added master, is subscribed within a [`cluster::REFRESH`], which
+/// reconciles the cluster); the topology is read again every refresh.
+fn watch_cluster(
+    i: u16,
+    node: config::Node,
+    cluster: Cluster,
+    config: &Config,
+    queue: &sync::Queue,
+    triggers: &Triggers,
+) -> impl Future<Output = ()> + use<> {
+    let (pubsub, patterns) = (config.pubsub, config.patterns.clone());
+    let (queue, triggers) = (queue.clone(), triggers.clone());
+    async move {
+        let mut watched = std::collections::HashSet::new();
+        loop {
+            match cluster.masters().await {
+                Ok(masters) => {
+                    for (addr, redis) in masters {
+                        if !watched.insert(addr.clone()) {
+                            continue;
+                        }
+                        tracing::info!(cluster = %node.url, "following the master {addr}");
+                        let mut master = node.clone();
+                        master.url = format!("redis://{addr}");
+                        if pubsub {
+                            let (p, q, t) = (patterns.clone(), queue.clone(), triggers.clone());
+                            tokio::spawn(events::run(i, master, redis.clone(), p, q, t));
+                        } else if watched.len() > 1 {
+                            triggers.missed(i, now_ms());
+                        }
+                        tokio::spawn(flushes::run(i, redis, triggers.clone()));
+                    }
+                }
+                Err(e) => tracing::warn!(cluster = %node.url, error = %e, "cannot reach a master"),
+            }
+            tokio::time::sleep(cluster::REFRESH).await;
+            if let Err(e) = cluster.refresh().await {
+                tracing::warn!(cluster = %node.url, error = %e, "cannot read the cluster's topology");
+            }
+        }
+    }
 }
 
 /// What the bridge does without the optional commands in `refused`.

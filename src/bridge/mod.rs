@@ -91,10 +91,10 @@
 //! pipes served by the server's own connection code, so it has the same
 //! guarantees without the TCP hop.
 //!
-//! Works with Redis ≥ 5 and Valkey: each node's way of reading expiries is
-//! found at connect (`PEXPIRETIME` where it exists, else `PTTL` bracketed
-//! by two clock readings, see `redis_side`), and decisions compare
-//! expiries within the reading's error (`decide`).
+//! Works with Redis ≥ 5 (6.2 and 7.0 tested) and Valkey: each node's way
+//! of reading expiries is found at connect (`PEXPIRETIME` where it exists,
+//! else `PTTL` bracketed by two clock readings, see `redis_side`), and
+//! decisions compare expiries within the reading's error (`decide`).
 
 mod body;
 mod clock;

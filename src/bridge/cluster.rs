@@ -203,10 +203,11 @@ impl Cluster {
         Err(last.unwrap_or_else(|| (ErrorKind::ClientError, "no cluster node to ask").into()))
     }
 
-    /// The connection to the node at `addr` (`HOST:PORT`), opened once.
+    /// The connection to the node at `addr` (`HOST:PORT`), opened once
+    /// (not under the lock: a node slow to answer holds up only its own
+    /// keys).
     async fn node(&self, addr: &str) -> RedisResult<Redis> {
-        let mut nodes = self.0.nodes.lock().await;
-        if let Some(redis) = nodes.get(addr) {
+        if let Some(redis) = self.0.nodes.lock().await.get(addr) {
             return Ok(redis.clone());
         }
         let (host, port) = addr
@@ -218,8 +219,8 @@ impl Cluster {
             redis: self.0.template.redis.clone(),
         };
         let redis = Redis::connect_to(info, self.0.pubsub).await?;
-        nodes.insert(addr.to_owned(), redis.clone());
-        Ok(redis)
+        let mut nodes = self.0.nodes.lock().await;
+        Ok(nodes.entry(addr.to_owned()).or_insert(redis).clone())
     }
 
     /// The master of `key`'s slot.

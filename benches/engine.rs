@@ -91,6 +91,7 @@ impl Fixture {
             delay,
             ttr: Duration::from_secs(60),
             body,
+            tags: None,
         };
         match self.reply(cmd) {
             Response::Inserted(id) => id,

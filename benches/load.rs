@@ -560,6 +560,7 @@ impl Work for Producer {
             delay,
             ttr: TTR,
             body,
+            tags: None,
         };
         encode_command(&put, buf);
         plan.put.fetch_add(1, Ordering::Relaxed);

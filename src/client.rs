@@ -144,6 +144,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
                 delay,
                 ttr,
                 body,
+                tags: None,
             })
             .await?
         {

@@ -92,6 +92,8 @@ enum Next {
     Parked,
     /// `quit`.
     Close,
+    /// A command runs in steps (`Outcome::Again`): yield, then go on.
+    Again,
 }
 
 impl<S> Connection<S>
@@ -111,6 +113,8 @@ where
             self.flush(shared).await?;
             match next {
                 Next::Continue => {}
+                // Let the others have the engine before the next step.
+                Next::Again => tokio::task::yield_now().await,
                 Next::Close => return Ok(()),
                 Next::Parked => {
                     if !self.park(shared).await? {
@@ -167,6 +171,10 @@ where
                 }
                 Outcome::Wait => return Next::Parked,
                 Outcome::Close => return Next::Close,
+                Outcome::Again(command) => {
+                    self.pending.push_front(Ok(command));
+                    return Next::Again;
+                }
             }
             if size >= WRITE_HIGH_WATER {
                 break;

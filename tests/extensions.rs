@@ -1,5 +1,8 @@
-//! Documented sprout extensions and fixes of beanstalkd bugs; every test is
-//! skipped when `SPROUT_TEST_BINARY` points at another server.
+//! Documented sprout extensions and fixes of beanstalkd bugs, as byte
+//! transcripts.
+//!
+//! The first part is sprout's own; its tests skip when `SPROUT_TEST_BINARY`
+//! points at another server:
 //!
 //! - Fractional seconds for the delays of `put`, `release`, `pause-tube`
 //!   and the timeout of `reserve-with-timeout`.
@@ -10,12 +13,20 @@
 //! - A stray `\r` inside a line is `BAD_FORMAT` (beanstalkd waits for more).
 //! - A CRLF straddling the 224-byte line limit is `BAD_FORMAT` without
 //!   swallowing the next command.
+//!
+//! The second part is tuber's dialect (`tuberq/tuber`, `docs/protocol.md`):
+//! `put` tags and the batch commands. Those tests also run against tuber
+//! itself, `SPROUT_TEST_BINARY=benches/tuber-wrap.sh TUBER=/path/to/tuber
+//! SPROUT_TEST_TUBER=1`, so the bytes are tuber's; against any other server
+//! (beanstalkd has none of it) they skip. Where sprout differs from tuber
+//! on purpose, the test runs on sprout only and says why (the README's
+//! "Extensions" section lists the differences).
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_between, sprout_only, TestServer};
+use common::{assert_between, foreign_binary, sprout_only, TempDir, TestServer};
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -159,4 +170,343 @@ fn crlf_straddling_the_line_limit_does_not_swallow_the_next_command() {
     line.push(b'1');
     line.extend_from_slice(b"\r\nlist-tube-used\r\n");
     c.exchange(&line, b"BAD_FORMAT\r\nUSING default\r\n");
+}
+
+// tuber's dialect.
+
+/// Whether the server under test speaks tuber's dialect.
+fn dialect(test: &str) -> bool {
+    if foreign_binary() && std::env::var_os("SPROUT_TEST_TUBER").is_none() {
+        eprintln!("skipping {test}: tuber's dialect (set SPROUT_TEST_TUBER=1 for tuber)");
+        return false;
+    }
+    true
+}
+
+fn put(tags: &str, body: &str) -> Vec<u8> {
+    format!("put 0 0 30 {} {tags}\r\n{body}\r\n", body.len()).into_bytes()
+}
+
+#[test]
+fn idp_put_answers_the_original_job_in_every_state() {
+    if !dialect("idp_put_answers_the_original_job_in_every_state") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:k", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("idp:k", "b"), b"INSERTED 1 READY\r\n");
+    // A deduplicated put uses up no id.
+    c.exchange(&put("idp:other", "c"), b"INSERTED 2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    c.exchange(&put("idp:k", "d"), b"INSERTED 1 RESERVED\r\n");
+    c.exchange(b"bury 1 0\r\n", b"BURIED\r\n");
+    c.exchange(&put("idp:k", "e"), b"INSERTED 1 BURIED\r\n");
+    c.exchange(b"kick-job 1\r\n", b"KICKED\r\n");
+    c.exchange(&put("idp:k", "f"), b"INSERTED 1 READY\r\n");
+    c.exchange(b"peek 1\r\n", b"FOUND 1 1\r\na\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    // Without a TTL the key is free once its job is deleted.
+    c.exchange(&put("idp:k", "g"), b"INSERTED 3\r\n");
+    c.exchange(b"put 0 60 30 1 idp:later\r\nh\r\n", b"INSERTED 4\r\n");
+    c.exchange(&put("idp:later", "i"), b"INSERTED 4 DELAYED\r\n");
+    // An untagged put is never deduplicated.
+    c.exchange(b"put 0 0 30 1\r\na\r\n", b"INSERTED 5\r\n");
+}
+
+#[test]
+fn idp_keys_belong_to_a_tube() {
+    if !dialect("idp_keys_belong_to_a_tube") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:k", "a"), b"INSERTED 1\r\n");
+    c.exchange(b"use other\r\n", b"USING other\r\n");
+    c.exchange(&put("idp:k", "b"), b"INSERTED 2\r\n");
+    c.exchange(&put("idp:k", "c"), b"INSERTED 2 READY\r\n");
+    c.exchange(b"use default\r\n", b"USING default\r\n");
+    c.exchange(&put("idp:k", "d"), b"INSERTED 1 READY\r\n");
+}
+
+#[test]
+fn idp_put_raises_the_priority_but_never_lowers_it() {
+    if !dialect("idp_put_raises_the_priority_but_never_lowers_it") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(b"put 100 0 30 1 idp:k\r\na\r\n", b"INSERTED 1\r\n");
+    c.exchange(b"put 60 0 30 1\r\nb\r\n", b"INSERTED 2\r\n");
+    c.exchange(b"put 50 0 30 1 idp:k\r\nc\r\n", b"INSERTED 1 READY 50\r\n");
+    c.exchange(b"put 200 0 30 1 idp:k\r\nd\r\n", b"INSERTED 1 READY\r\n");
+    c.exchange(b"put 50 0 30 1 idp:k\r\nd\r\n", b"INSERTED 1 READY\r\n");
+    // Job 1 now comes before job 2.
+    c.exchange(b"peek-ready\r\n", b"FOUND 1 1\r\na\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    c.exchange(b"put 7 0 30 1 idp:k\r\nc\r\n", b"INSERTED 1 RESERVED 7\r\n");
+}
+
+#[test]
+fn idp_ttl_keeps_deduplicating_after_the_delete() {
+    if !dialect("idp_ttl_keeps_deduplicating_after_the_delete") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:k:1", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("idp:k:1", "b"), b"INSERTED 1 READY\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(&put("idp:k:1", "c"), b"INSERTED 1 DELETED\r\n");
+    c.exchange(&put("idp:k", "c"), b"INSERTED 1 DELETED\r\n");
+    std::thread::sleep(Duration::from_millis(2100));
+    c.exchange(&put("idp:k:1", "d"), b"INSERTED 2\r\n");
+    c.exchange(b"peek 2\r\n", b"FOUND 2 1\r\nd\r\n");
+}
+
+#[test]
+fn malformed_tags_are_bad_format_and_the_body_is_read_as_a_command() {
+    if !dialect("malformed_tags_are_bad_format_and_the_body_is_read_as_a_command") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    for tags in [
+        "idp:",
+        "idp:a:b",
+        "idp:a:-1",
+        "idp:-a",
+        "idp:a:1:2",
+        "con:a:0",
+        "grp:a:1",
+        "foo:bar",
+        "IDP:a",
+        "idp:a x",
+    ] {
+        let line = format!("put 0 0 30 14 {tags}\r\nlist-tube-used\r\n");
+        c.exchange(line.as_bytes(), b"BAD_FORMAT\r\nUSING default\r\n");
+    }
+    c.exchange(&put("idp:ok", "x"), b"INSERTED 1\r\n");
+}
+
+#[test]
+fn reserve_batch_takes_what_is_ready_without_waiting() {
+    if !dialect("reserve_batch_takes_what_is_ready_without_waiting") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(b"put 5 0 30 1\r\na\r\n", b"INSERTED 1\r\n");
+    c.exchange(b"put 1 0 30 2\r\nbb\r\n", b"INSERTED 2\r\n");
+    c.exchange(b"put 9 0 30 1\r\nc\r\n", b"INSERTED 3\r\n");
+    c.exchange(
+        b"reserve-batch 2\r\n",
+        b"RESERVED_BATCH 2\r\nRESERVED 2 2\r\nbb\r\nRESERVED 1 1\r\na\r\n",
+    );
+    c.exchange(
+        b"reserve-batch 5\r\n",
+        b"RESERVED_BATCH 1\r\nRESERVED 3 1\r\nc\r\n",
+    );
+    c.exchange(b"reserve-batch 1000\r\n", b"RESERVED_BATCH 0\r\n");
+    // They are reserved, by this connection.
+    c.exchange(b"release 1 0 0\r\n", b"RELEASED\r\n");
+    c.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    for bad in [
+        &b"reserve-batch 0\r\n"[..],
+        b"reserve-batch 1001\r\n",
+        b"reserve-batch x\r\n",
+        b"reserve-batch -1\r\n",
+    ] {
+        c.exchange(bad, b"BAD_FORMAT\r\n");
+    }
+}
+
+#[test]
+fn delete_batch_counts_deleted_and_not_found() {
+    if !dialect("delete_batch_counts_deleted_and_not_found") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut owner = s.connect();
+    let mut c = s.connect();
+    for id in 1..=4 {
+        c.exchange(
+            b"put 0 0 30 1\r\nx\r\n",
+            format!("INSERTED {id}\r\n").as_bytes(),
+        );
+    }
+    owner.exchange(b"reserve-job 1\r\n", b"RESERVED 1 1\r\nx\r\n");
+    // 1 is someone else's, 99 does not exist, 2 comes twice.
+    c.exchange(b"delete-batch 1 2 3 99 2\r\n", b"DELETED_BATCH 2 3\r\n");
+    c.exchange(b"peek 2\r\n", b"NOT_FOUND\r\n");
+    owner.exchange(b"delete-batch 1\r\n", b"DELETED_BATCH 1 0\r\n");
+    c.exchange(b"delete-batch x\r\n", b"BAD_FORMAT\r\n");
+    c.exchange(b"delete-batch 4 x\r\n", b"BAD_FORMAT\r\n");
+    c.exchange(b"peek 4\r\n", b"FOUND 4 1\r\nx\r\n");
+}
+
+#[test]
+fn flush_tube_deletes_every_job_of_the_tube_in_every_state() {
+    if !dialect("flush_tube_deletes_every_job_of_the_tube_in_every_state") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut worker = s.connect();
+    let mut c = s.connect();
+    c.exchange(b"use t\r\n", b"USING t\r\n");
+    worker.exchange(b"watch t\r\n", b"WATCHING 2\r\n");
+    worker.exchange(b"ignore default\r\n", b"WATCHING 1\r\n");
+    c.exchange(b"put 0 0 30 1\r\na\r\n", b"INSERTED 1\r\n");
+    worker.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    c.exchange(b"put 0 0 30 1\r\nb\r\n", b"INSERTED 2\r\n");
+    worker.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nb\r\n");
+    worker.exchange(b"bury 2 0\r\n", b"BURIED\r\n");
+    c.exchange(b"put 0 100 30 1\r\nc\r\n", b"INSERTED 3\r\n");
+    c.exchange(b"put 0 0 30 1\r\nd\r\n", b"INSERTED 4\r\n");
+    c.exchange(b"use default\r\n", b"USING default\r\n");
+    c.exchange(b"put 0 0 30 1\r\ne\r\n", b"INSERTED 5\r\n");
+    c.exchange(b"flush-tube t\r\n", b"FLUSHED 4\r\n");
+    for id in 1..=4 {
+        c.exchange(format!("peek {id}\r\n").as_bytes(), b"NOT_FOUND\r\n");
+    }
+    c.exchange(b"peek 5\r\n", b"FOUND 5 1\r\ne\r\n");
+    worker.exchange(b"delete 1\r\n", b"NOT_FOUND\r\n");
+    worker.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"flush-tube t\r\n", b"FLUSHED 0\r\n");
+    c.exchange(b"flush-tube nosuchtube\r\n", b"NOT_FOUND\r\n");
+    c.exchange(b"flush-tube -x\r\n", b"BAD_FORMAT\r\n");
+}
+
+#[test]
+fn flush_tube_ends_idp_cooldowns() {
+    if !dialect("flush_tube_ends_idp_cooldowns") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:a:100", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("idp:b:100", "b"), b"INSERTED 2\r\n");
+    c.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    c.exchange(b"flush-tube default\r\n", b"FLUSHED 1\r\n");
+    c.exchange(&put("idp:a:100", "c"), b"INSERTED 3\r\n");
+    c.exchange(&put("idp:b:100", "d"), b"INSERTED 4\r\n");
+}
+
+#[test]
+fn peek_reserved_shows_the_lowest_reserved_id_of_the_used_tube() {
+    if !dialect("peek_reserved_shows_the_lowest_reserved_id_of_the_used_tube") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    let mut c = s.connect();
+    c.exchange(b"peek-reserved\r\n", b"NOT_FOUND\r\n");
+    c.exchange(b"put 9 0 30 1\r\nx\r\n", b"INSERTED 1\r\n");
+    c.exchange(b"put 1 0 30 1\r\ny\r\n", b"INSERTED 2\r\n");
+    a.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\ny\r\n");
+    c.exchange(b"peek-reserved\r\n", b"FOUND 2 1\r\ny\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nx\r\n");
+    c.exchange(b"peek-reserved\r\n", b"FOUND 1 1\r\nx\r\n");
+    c.exchange(b"use other\r\n", b"USING other\r\n");
+    c.exchange(b"peek-reserved\r\n", b"NOT_FOUND\r\n");
+}
+
+/// tuber reads lines up to 21 KB; sprout keeps beanstalkd's 224 bytes
+/// except for `delete-batch`, whose 1000 ids need that much.
+#[test]
+fn delete_batch_takes_a_thousand_ids() {
+    if !dialect("delete_batch_takes_a_thousand_ids") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    for id in 1..=3 {
+        c.exchange(
+            b"put 0 0 30 1\r\nx\r\n",
+            format!("INSERTED {id}\r\n").as_bytes(),
+        );
+    }
+    let ids: String = (1..=1000u64)
+        .map(|i| format!(" {}", i * 1_000_000_007))
+        .collect();
+    let line = format!("delete-batch 1 2 3{ids}\r\n");
+    // 1003 ids: too many.
+    c.exchange(line.as_bytes(), b"BAD_FORMAT\r\n");
+    let ids: String = (4..=1000u64)
+        .map(|i| format!(" {}", i * 1_000_000_007))
+        .collect();
+    let line = format!("delete-batch 1 2 3{ids}\r\n");
+    c.exchange(line.as_bytes(), b"DELETED_BATCH 3 997\r\n");
+}
+
+/// A flush of more jobs than one step of sprout's takes (1000) counts
+/// them all, and what was sent after it comes after its answer.
+#[test]
+fn a_flush_of_many_steps_counts_every_job() {
+    if !dialect("a_flush_of_many_steps_counts_every_job") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    let mut other = s.connect();
+    c.exchange(b"use t\r\n", b"USING t\r\n");
+    let mut puts = Vec::new();
+    for _ in 0..5000 {
+        puts.extend_from_slice(b"put 0 0 30 1\r\nx\r\n");
+    }
+    c.send(&puts);
+    for id in 1..=5000 {
+        c.expect(format!("INSERTED {id}\r\n").as_bytes());
+    }
+    c.send(b"flush-tube t\r\nlist-tube-used\r\n");
+    other.exchange(b"list-tube-used\r\n", b"USING default\r\n");
+    c.expect(b"FLUSHED 5000\r\nUSING t\r\n");
+    c.exchange(b"peek-ready\r\n", b"NOT_FOUND\r\n");
+}
+
+/// sprout only (tuber's WAL has no kill -9 test harness here): after a
+/// kill -9 no acknowledged idempotent put is duplicated, and a key's
+/// cooldown survives.
+#[test]
+fn idp_keys_and_cooldowns_survive_kill_9() {
+    if !sprout_only("idp_keys_and_cooldowns_survive_kill_9") {
+        return;
+    }
+    let dir = TempDir::new();
+    let mut s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:k", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("idp:cool:3600", "b"), b"INSERTED 2\r\n");
+    c.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    c.exchange(b"put 0 0 30 1 idp:k\r\nz\r\n", b"INSERTED 1 READY\r\n");
+    // Many keys in flight when the server dies.
+    let mut puts = Vec::new();
+    for key in 0..2000 {
+        puts.extend_from_slice(&put(&format!("idp:n{key}"), "x"));
+    }
+    c.send(&puts);
+    let mut acked = Vec::new();
+    for _ in 0..500 {
+        let line = c.expect_line();
+        let id: u64 = line.strip_prefix("INSERTED ").unwrap().parse().unwrap();
+        acked.push(id);
+    }
+    s.kill9();
+    let s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(&put("idp:k", "c"), b"INSERTED 1 READY\r\n");
+    c.exchange(&put("idp:cool:3600", "d"), b"INSERTED 2 DELETED\r\n");
+    for (key, id) in acked.iter().enumerate() {
+        let reply = format!("INSERTED {id} READY\r\n");
+        c.exchange(&put(&format!("idp:n{key}"), "y"), reply.as_bytes());
+    }
+    // The rest: each key once, whether its first put survived or not.
+    for key in acked.len()..2000 {
+        c.send(&put(&format!("idp:n{key}"), "y"));
+        let line = c.expect_line();
+        assert!(line.starts_with("INSERTED "), "{line}");
+    }
+    let ready: u64 = c.stat("current-jobs-ready").parse().unwrap();
+    assert_eq!(ready, 2001, "one job per key, and job 1");
 }

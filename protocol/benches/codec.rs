@@ -24,6 +24,7 @@ fn commands() -> Vec<Command> {
                     delay: Duration::ZERO,
                     ttr: Duration::from_secs(60),
                     body: body.clone(),
+                    tags: None,
                 },
                 Command::Reserve,
                 Command::Delete(id),

@@ -21,7 +21,7 @@ use crate::parse::{
     find_line_end, parse_command_line, parse_response_line, BodyKind, CommandLine, LineEnd,
     PutHeader, ResponseHead,
 };
-use crate::{Command, Op, ProtocolError, Rejected, Request, Response, MAX_LINE_LEN};
+use crate::{Command, Op, ProtocolError, Rejected, Request, Response, Tags, MAX_LINE_LEN};
 
 /// The most a decoder reserves at once for a body still on its way.
 const MAX_RESERVE: usize = 1 << 20;
@@ -49,7 +49,7 @@ enum ServerState {
     /// Dropping this many more bytes of a too-big body.
     Skip(u64),
     /// Waiting for the body of a `put`.
-    Body(PutHeader),
+    Body(PutHeader, Option<Box<Tags>>),
 }
 
 impl ServerCodec {
@@ -68,7 +68,7 @@ impl Decoder for ServerCodec {
 
     fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Request>> {
         loop {
-            match self.state {
+            match &mut self.state {
                 ServerState::Line => match find_line_end(buf) {
                     LineEnd::NeedMore => return Ok(None),
                     LineEnd::TooLong => {
@@ -82,7 +82,9 @@ impl Decoder for ServerCodec {
                         match parsed {
                             CommandLine::Command(command) => return Ok(Some(Ok(command))),
                             CommandLine::Rejected(rejected) => return Ok(Some(Err(rejected))),
-                            CommandLine::Put(header) => self.state = ServerState::Body(header),
+                            CommandLine::Put(header, tags) => {
+                                self.state = ServerState::Body(header, tags)
+                            }
                             CommandLine::TooBig { bytes } => {
                                 self.state = ServerState::Skip(u64::from(bytes) + 2)
                             }
@@ -103,6 +105,7 @@ impl Decoder for ServerCodec {
                     })));
                 }
                 ServerState::Skip(left) => {
+                    let left = *left;
                     let n = left.min(buf.len() as u64);
                     buf.advance(n as usize);
                     if n < left {
@@ -112,18 +115,19 @@ impl Decoder for ServerCodec {
                     self.state = ServerState::Line;
                     return Ok(Some(Err(put_error(ProtocolError::JobTooBig))));
                 }
-                ServerState::Body(header) => {
+                ServerState::Body(header, tags) => {
                     let request = match take_body(buf, header.bytes) {
                         Body::Waiting => return Ok(None),
                         Body::Complete(body) => {
                             let PutHeader {
                                 pri, delay, ttr, ..
-                            } = header;
+                            } = *header;
                             Ok(Command::Put {
                                 pri,
                                 delay,
                                 ttr,
                                 body,
+                                tags: tags.take(),
                             })
                         }
                         Body::NoCrlf => Err(put_error(ProtocolError::ExpectedCrlf)),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 
-use crate::{Command, Response};
+use crate::{Command, Response, Tags};
 
 /// Appends `response` to `dst`.
 pub fn encode_response(response: &Response, dst: &mut BytesMut) {
@@ -41,6 +41,31 @@ pub fn encode_response(response: &Response, dst: &mut BytesMut) {
             number(dst, body.len() as u64);
             with_body(dst, body);
         }
+        Response::InsertedDup { id, state, pri } => {
+            dst.reserve(48);
+            dst.put_slice(b"INSERTED ");
+            number(dst, *id);
+            dst.put_u8(b' ');
+            dst.put_slice(state.name().as_bytes());
+            if let Some(pri) = pri {
+                arg(dst, (*pri).into());
+            }
+            dst.put_slice(b"\r\n");
+        }
+        Response::ReservedBatch(jobs) => {
+            line_with_number(dst, b"RESERVED_BATCH ", jobs.len() as u64);
+            for (id, body) in jobs {
+                job(dst, b"RESERVED ", *id, body);
+            }
+        }
+        Response::DeletedBatch { deleted, not_found } => {
+            dst.reserve(40);
+            dst.put_slice(b"DELETED_BATCH ");
+            number(dst, (*deleted).into());
+            arg(dst, (*not_found).into());
+            dst.put_slice(b"\r\n");
+        }
+        Response::Flushed(count) => line_with_number(dst, b"FLUSHED ", *count),
         _ => unreachable!("every other reply is a fixed word"),
     }
 }
@@ -80,6 +105,7 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             delay,
             ttr,
             body,
+            tags,
         } => {
             dst.reserve(body.len() + 2);
             arg(dst, (*pri).into());
@@ -87,13 +113,17 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             seconds(dst, *delay);
             arg(dst, ttr.as_secs() + u64::from(ttr.subsec_nanos() > 0));
             arg(dst, body.len() as u64);
+            if let Some(tags) = tags {
+                put_tags(dst, tags);
+            }
             dst.put_slice(b"\r\n");
             dst.put_slice(body);
         }
         Command::Use(tube)
         | Command::Watch(tube)
         | Command::Ignore(tube)
-        | Command::StatsTube(tube) => {
+        | Command::StatsTube(tube)
+        | Command::FlushTube(tube) => {
             dst.put_u8(b' ');
             dst.put_slice(tube.as_bytes());
         }
@@ -117,7 +147,15 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             arg(dst, *id);
             arg(dst, (*pri).into());
         }
-        Command::Kick(count) => arg(dst, (*count).into()),
+        Command::Kick(count) | Command::ReserveBatch(count) => arg(dst, (*count).into()),
+        Command::DeleteBatch(ids) => {
+            dst.reserve(ids.len() * 21);
+            ids.iter().for_each(|&id| arg(dst, id));
+        }
+        Command::StatsGroup(name) => {
+            dst.put_u8(b' ');
+            dst.put_slice(name.as_bytes());
+        }
         Command::PauseTube { tube, delay } => {
             dst.put_u8(b' ');
             dst.put_slice(tube.as_bytes());
@@ -132,9 +170,35 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         | Command::ListTubes
         | Command::ListTubeUsed
         | Command::ListTubesWatched
+        | Command::PeekReserved
         | Command::Quit => {}
     }
     dst.put_slice(b"\r\n");
+}
+
+/// ` idp:<key>:<ttl> grp:<name> aft:<name> con:<key>:<n>`, those present.
+fn put_tags(dst: &mut BytesMut, tags: &Tags) {
+    let mut tag = |name: &[u8], value: &str, n: Option<u32>| {
+        dst.put_u8(b' ');
+        dst.put_slice(name);
+        dst.put_slice(value.as_bytes());
+        if let Some(n) = n {
+            dst.put_u8(b':');
+            number(dst, n.into());
+        }
+    };
+    if let Some((key, ttl)) = &tags.idp {
+        tag(b"idp:", key, Some(*ttl));
+    }
+    if let Some(name) = &tags.grp {
+        tag(b"grp:", name, None);
+    }
+    if let Some(name) = &tags.aft {
+        tag(b"aft:", name, None);
+    }
+    if let Some((key, n)) = &tags.con {
+        tag(b"con:", key, Some(*n));
+    }
 }
 
 fn number(dst: &mut BytesMut, n: u64) {

@@ -20,6 +20,13 @@
 //! beanstalkd; no line a classic client sends is read differently. (A fraction
 //! after `reserve-with-timeout` is the one place beanstalkd accepted the line
 //! before, reading only the whole seconds; see [`parse`].)
+//!
+//! The extensions of tuber's dialect (`tuberq/tuber`, `docs/protocol.md`):
+//! [`Tags`] after a `put`'s size (`idp:`, `grp:`, `aft:`, `con:`), and the
+//! commands `reserve-batch`, `delete-batch`, `flush-tube`, `peek-reserved`
+//! and `stats-group` with their replies. A line a classic client sends
+//! reads as before: only well-formed tags are accepted after a `put`'s size,
+//! and the new command words were `BAD_FORMAT` or `UNKNOWN_COMMAND` there.
 
 use std::fmt;
 use std::sync::Arc;
@@ -110,6 +117,8 @@ pub enum Command {
         delay: Duration,
         ttr: Duration,
         body: Bytes,
+        /// The extension tags; `None` for every classic `put`.
+        tags: Option<Box<Tags>>,
     },
     Use(TubeName),
     Reserve,
@@ -145,6 +154,65 @@ pub enum Command {
         delay: Duration,
     },
     Quit,
+    /// `reserve-batch <n>`: up to `n` (1–[`MAX_BATCH`]) ready jobs at once,
+    /// without waiting.
+    ReserveBatch(u32),
+    /// `delete-batch <id>...`: 1–[`MAX_BATCH`] ids.
+    DeleteBatch(Vec<JobId>),
+    /// `flush-tube <tube>`: deletes every job of the tube.
+    FlushTube(TubeName),
+    /// `peek-reserved`: the reserved job of the used tube whose TTR runs
+    /// out first.
+    PeekReserved,
+    /// `stats-group <name>`.
+    StatsGroup(Box<str>),
+}
+
+/// The most jobs `reserve-batch` hands out and ids `delete-batch` takes.
+pub const MAX_BATCH: usize = 1000;
+
+/// A tag's key or group name: a tube name's rules (1–200 bytes of
+/// `A-Za-z0-9-+/;.$_()`, not starting with `-`), so never a `:`.
+pub type TagName = Box<str>;
+
+/// The extension tags of a `put`, in tuber's dialect. Each may appear once
+/// (a repeated tag: the last one counts, as in tuber).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tags {
+    /// `idp:<key>[:<ttl>]`: at most one live job with this key in the
+    /// tube; after its delete the key still deduplicates for `ttl` seconds.
+    pub idp: Option<(TagName, u32)>,
+    /// `grp:<name>`: the job belongs to this group.
+    pub grp: Option<TagName>,
+    /// `aft:<name>`: the job is held until every job of this group is
+    /// deleted.
+    pub aft: Option<TagName>,
+    /// `con:<key>[:<n>]`: at most `n` (default 1, never 0) jobs with this
+    /// key reserved at once.
+    pub con: Option<(TagName, u32)>,
+}
+
+/// The state a deduplicated `put` reports (`INSERTED <id> <STATE>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DupState {
+    Ready,
+    Reserved,
+    Delayed,
+    Buried,
+    /// Deleted, and the key's TTL has not run out.
+    Deleted,
+}
+
+impl DupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            DupState::Ready => "READY",
+            DupState::Reserved => "RESERVED",
+            DupState::Delayed => "DELAYED",
+            DupState::Buried => "BURIED",
+            DupState::Deleted => "DELETED",
+        }
+    }
 }
 
 /// The kind of a command, without its arguments: what `stats` counts
@@ -176,11 +244,16 @@ pub enum Op {
     ListTubesWatched,
     PauseTube,
     Quit,
+    ReserveBatch,
+    DeleteBatch,
+    FlushTube,
+    PeekReserved,
+    StatsGroup,
 }
 
 impl Op {
     /// Every kind, in a fixed order (usable as an index with `as usize`).
-    pub const ALL: [Op; 25] = [
+    pub const ALL: [Op; 30] = [
         Op::Put,
         Op::Use,
         Op::Reserve,
@@ -206,6 +279,11 @@ impl Op {
         Op::ListTubesWatched,
         Op::PauseTube,
         Op::Quit,
+        Op::ReserveBatch,
+        Op::DeleteBatch,
+        Op::FlushTube,
+        Op::PeekReserved,
+        Op::StatsGroup,
     ];
 }
 
@@ -239,6 +317,11 @@ impl Op {
             Op::ListTubesWatched => "list-tubes-watched",
             Op::PauseTube => "pause-tube",
             Op::Quit => "quit",
+            Op::ReserveBatch => "reserve-batch",
+            Op::DeleteBatch => "delete-batch",
+            Op::FlushTube => "flush-tube",
+            Op::PeekReserved => "peek-reserved",
+            Op::StatsGroup => "stats-group",
         }
     }
 }
@@ -271,6 +354,11 @@ impl Command {
             Command::ListTubesWatched => Op::ListTubesWatched,
             Command::PauseTube { .. } => Op::PauseTube,
             Command::Quit => Op::Quit,
+            Command::ReserveBatch(_) => Op::ReserveBatch,
+            Command::DeleteBatch(_) => Op::DeleteBatch,
+            Command::FlushTube(_) => Op::FlushTube,
+            Command::PeekReserved => Op::PeekReserved,
+            Command::StatsGroup(_) => Op::StatsGroup,
         }
     }
 }
@@ -315,6 +403,13 @@ pub type Request = Result<Command, Rejected>;
 pub enum Response {
     /// `INSERTED <id>`
     Inserted(JobId),
+    /// `INSERTED <id> <STATE>[ <pri>]`: an `idp:` put found job `id`
+    /// already there (`pri`: the priority it raised the job to).
+    InsertedDup {
+        id: JobId,
+        state: DupState,
+        pri: Option<u32>,
+    },
     /// `BURIED <id>`: a put that the server could not queue, so buried at once.
     BuriedId(JobId),
     /// `BURIED`: the answer to `bury` (and to a `release` the server could not queue).
@@ -354,4 +449,14 @@ pub enum Response {
     InternalError,
     BadFormat,
     UnknownCommand,
+    /// `RESERVED_BATCH <n>`, then `RESERVED <id> <bytes>` and the body for
+    /// each job.
+    ReservedBatch(Vec<(JobId, Bytes)>),
+    /// `DELETED_BATCH <deleted> <not_found>`
+    DeletedBatch {
+        deleted: u32,
+        not_found: u32,
+    },
+    /// `FLUSHED <count>`
+    Flushed(u64),
 }

@@ -65,12 +65,23 @@ pub enum LineEnd {
     TooLong,
 }
 
-/// Finds the first CRLF within the first [`MAX_LINE_LEN`] bytes of `buf`.
+/// The longest `delete-batch` line, CRLF included: the word, then
+/// [`MAX_BATCH`](crate::MAX_BATCH) ids of up to 20 digits after a space
+/// each (tuber's limit for it).
+pub const MAX_BATCH_LINE_LEN: usize = 13 + crate::MAX_BATCH * 21 + 2;
+
+/// Finds the first CRLF within the first [`MAX_LINE_LEN`] bytes of `buf`
+/// ([`MAX_BATCH_LINE_LEN`] for a `delete-batch` line, the one command
+/// whose arguments outgrow beanstalkd's limit).
 pub fn find_line_end(buf: &[u8]) -> LineEnd {
-    let window = &buf[..buf.len().min(MAX_LINE_LEN)];
+    let limit = match buf.starts_with(b"delete-batch ") {
+        true => MAX_BATCH_LINE_LEN,
+        false => MAX_LINE_LEN,
+    };
+    let window = &buf[..buf.len().min(limit)];
     match take_until::<_, _, Error<&[u8]>>(&b"\r\n"[..])(window) {
         Ok((_, line)) => LineEnd::Found(line.len() + 2),
-        Err(Incomplete(_)) if buf.len() < MAX_LINE_LEN => LineEnd::NeedMore,
+        Err(Incomplete(_)) if buf.len() < limit => LineEnd::NeedMore,
         Err(_) => LineEnd::TooLong,
     }
 }

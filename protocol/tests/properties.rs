@@ -45,7 +45,8 @@ fn command() -> impl Strategy<Value = Command> {
                 pri,
                 delay,
                 ttr: Duration::from_secs(ttr),
-                body
+                body,
+                tags: None,
             }
         ),
         tube(200).prop_map(Command::Use),

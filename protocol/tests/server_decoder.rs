@@ -79,6 +79,7 @@ fn put(pri: u32, delay: Duration, ttr: u64, body: &'static [u8]) -> Command {
         delay,
         ttr: secs(ttr),
         body: Bytes::from_static(body),
+        tags: None,
     }
 }
 
@@ -339,7 +340,8 @@ fn put_reads_its_body() {
             pri: u32::MAX,
             delay: secs(4294967295),
             ttr: secs(4294967295),
-            body: "x".into()
+            body: "x".into(),
+            tags: None,
         })]
     );
 }
@@ -691,4 +693,148 @@ fn refusals_are_not_counted_unless_beanstalkd_counts_them() {
         one(b"frobnicate\r\n"),
         refused(ProtocolError::UnknownCommand)
     );
+}
+
+fn tagged(tags: sprout_protocol::Tags, body: &'static [u8]) -> Request {
+    Ok(Command::Put {
+        pri: 1,
+        delay: Duration::ZERO,
+        ttr: secs(3),
+        body: Bytes::from_static(body),
+        tags: Some(Box::new(tags)),
+    })
+}
+
+#[test]
+fn well_formed_tags_after_a_put_are_read_in_any_order() {
+    use sprout_protocol::Tags;
+    let all = Tags {
+        idp: Some(("order-7".into(), 60)),
+        grp: Some("g".into()),
+        aft: Some("f(1)".into()),
+        con: Some(("user;42".into(), 3)),
+    };
+    assert_eq!(
+        decode(b"put 1 0 3 1 con:user;42:3  aft:f(1) grp:g idp:order-7:60 \r\nx\r\n"),
+        [tagged(all, b"x")]
+    );
+    let defaults = Tags {
+        idp: Some(("k".into(), 0)),
+        con: Some(("c".into(), 1)),
+        ..Tags::default()
+    };
+    assert_eq!(
+        decode(b"put 1 0 3 1 idp:k con:c\r\nx\r\n"),
+        [tagged(defaults, b"x")]
+    );
+    // A repeated tag: the last one counts, as in tuber.
+    let last = Tags {
+        grp: Some("b".into()),
+        ..Tags::default()
+    };
+    assert_eq!(
+        decode(b"put 1 0 3 1 grp:a grp:b\r\nx\r\n"),
+        [tagged(last, b"x")]
+    );
+}
+
+#[test]
+fn anything_but_well_formed_tags_is_still_bad_format_with_the_body_unread() {
+    for line in [
+        &b"put 1 0 3 1 idp:"[..],
+        b"put 1 0 3 1 idp:a:",
+        b"put 1 0 3 1 idp:a:b",
+        b"put 1 0 3 1 idp:a:-1",
+        b"put 1 0 3 1 idp:a:4294967296",
+        b"put 1 0 3 1 idp:-a",
+        b"put 1 0 3 1 idp:a b",
+        b"put 1 0 3 1 idp:a\tgrp:b",
+        b"put 1 0 3 1 con:a:0",
+        b"put 1 0 3 1 grp:a:1",
+        b"put 1 0 3 1 foo:bar",
+        b"put 1 0 3 1 IDP:a",
+        b"put 1 0 3 1 idp:a:1:2",
+        b"put 1 0 3 1idp:a",
+        b"put 1 0 3 1 ",
+    ] {
+        let mut input = line.to_vec();
+        input.extend_from_slice(b"\r\nquit\r\n");
+        assert_eq!(
+            decode(&input),
+            [
+                counted(ProtocolError::BadFormat, Op::Put),
+                Ok(Command::Quit)
+            ],
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
+#[test]
+fn the_batch_commands_read_like_beanstalkds_own() {
+    assert_eq!(
+        decode(b"reserve-batch 5\r\n"),
+        [Ok(Command::ReserveBatch(5))]
+    );
+    assert_eq!(
+        decode(b"reserve-batch 1000\r\n"),
+        [Ok(Command::ReserveBatch(1000))]
+    );
+    assert_eq!(
+        decode(b"delete-batch 1 2  3\r\n"),
+        [Ok(Command::DeleteBatch(vec![1, 2, 3]))]
+    );
+    assert_eq!(
+        decode(b"flush-tube foo\r\n"),
+        [Ok(Command::FlushTube(TubeName::new(b"foo").unwrap()))]
+    );
+    assert_eq!(decode(b"peek-reserved\r\n"), [Ok(Command::PeekReserved)]);
+    assert_eq!(
+        decode(b"stats-group g\r\n"),
+        [Ok(Command::StatsGroup("g".into()))]
+    );
+    for bad in [
+        &b"reserve-batch 0\r\n"[..],
+        b"reserve-batch 1001\r\n",
+        b"reserve-batch\r\n",
+        b"reserve-batch x\r\n",
+        b"delete-batch 1 x\r\n",
+        b"delete-batch 1 \r\n",
+        b"flush-tube -x\r\n",
+        b"peek-reservedx\r\n",
+        b"stats-group\r\n",
+    ] {
+        assert_eq!(
+            decode(bad),
+            [Err(Rejected {
+                error: ProtocolError::BadFormat,
+                counted: None
+            })],
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // As for `delete` in beanstalkd, the word needs its space.
+    assert_eq!(
+        decode(b"delete-batch\r\n"),
+        [Err(Rejected {
+            error: ProtocolError::UnknownCommand,
+            counted: None
+        })]
+    );
+    // 1000 ids outgrow beanstalkd's 224-byte line; 1001 are too many.
+    let ids = |n: u64| {
+        (1..=n)
+            .map(|i| format!(" {}", u64::MAX - i))
+            .collect::<String>()
+    };
+    let line = format!("delete-batch{}\r\n", ids(1000));
+    assert!(line.len() > 20_000);
+    let [Ok(Command::DeleteBatch(read))] = &decode(line.as_bytes())[..] else {
+        panic!("not a delete-batch")
+    };
+    assert_eq!(read.len(), 1000);
+    let line = format!("delete-batch{}\r\n", ids(1001));
+    assert!(matches!(&decode(line.as_bytes())[..], [Err(_)]));
 }

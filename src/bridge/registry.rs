@@ -259,6 +259,7 @@ impl Registry {
                         delay: Duration::ZERO,
                         ttr: self.ttr,
                         body: timer.delivery(now, uncertain).into(),
+                        tags: None,
                     });
                     deletes.push(id);
                     delivered.push(key);
@@ -338,6 +339,7 @@ impl Registry {
                     .delay(decide::timer_due(at, now, self.precheck_ms), now),
                 ttr: TIMER_TTR,
                 body: timer.encode().into(),
+                tags: None,
             });
         }
         let replies = pipeline(session, &puts).await?;

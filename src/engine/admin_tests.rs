@@ -39,6 +39,7 @@ fn put(e: &mut Engine, c: ConnId, pri: u32, delay: u64, now: Time) -> JobId {
         delay: Duration::from_secs(delay),
         ttr: Duration::from_secs(60),
         body: Bytes::from_static(b"body"),
+        tags: None,
     };
     match run(e, c, cmd, now) {
         R::Inserted(id) => id,

@@ -20,7 +20,7 @@ use super::heap::ByPriority;
 use super::job::{Job, State};
 use super::room::Change;
 use super::timers::TimerKey;
-use super::{micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
+use super::{batch, micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
 
 /// Runs `cmd` for `conn`, a known connection that is not waiting.
 pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
@@ -30,7 +30,18 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
             delay,
             ttr,
             body,
+            tags: None,
         } => put(e, conn, pri, delay, ttr, body),
+        Command::Put {
+            pri,
+            delay,
+            ttr,
+            body,
+            tags: Some(tags),
+        } => {
+            e.set_producer(conn);
+            e.put_tagged(e.used(conn), pri, delay, ttr, body, tags)
+        }
         Command::Use(name) => use_tube(e, conn, name),
         Command::Reserve => return reserve(e, conn, None),
         Command::ReserveWithTimeout(timeout) => return reserve(e, conn, Some(micros(timeout))),
@@ -55,6 +66,12 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
         Command::ListTubesWatched => list_tubes_watched(e, conn),
         Command::Quit => return Outcome::Close,
         Command::PauseTube { tube, delay } => pause_tube(e, &tube, delay),
+        Command::ReserveBatch(n) => batch::reserve_batch(e, conn, n),
+        Command::DeleteBatch(ids) => batch::delete_batch(e, conn, &ids),
+        Command::FlushTube(tube) => return batch::flush_tube(e, conn, tube),
+        Command::PeekReserved => batch::peek_reserved(e, conn),
+        // Groups are not kept yet: no group exists.
+        Command::StatsGroup(_) => Response::NotFound,
     };
     Outcome::Reply(reply)
 }
@@ -89,25 +106,64 @@ impl Engine {
         ttr: Duration,
         body: Bytes,
     ) -> Response {
+        self.put_job(t, pri, delay, ttr, body, None)
+    }
+
+    /// [`Engine::put_in`], with tuber's tags if any (`ext.rs`).
+    pub(super) fn put_job(
+        &mut self,
+        t: u32,
+        pri: u32,
+        delay: Duration,
+        ttr: Duration,
+        body: Bytes,
+        tags: Option<Box<sprout_protocol::Tags>>,
+    ) -> Response {
         let id = self.next_job_id;
         self.next_job_id += 1;
         if self.draining {
             return Response::Draining;
         }
-        let change = Change::Put {
-            body: body.len(),
-            tube: self.tubes[t].name.as_bytes().len(),
-        };
+        let change = self.put_change(t, body.len(), tags.as_deref());
         if self.jobs.is_full() || !self.room.admits(change) {
             return Response::OutOfMemory;
         }
         let job = Job::new(id, pri, seconds(ttr).max(1), seconds(delay), t, self.now);
         let slot = self.jobs.insert(job, &body);
+        if let Some(tags) = tags {
+            self.attach(slot, tags);
+        }
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
         self.enqueue(slot, micros(delay));
         self.record_put(slot);
         Response::Inserted(id)
+    }
+}
+
+impl Engine {
+    /// What a put of `body` bytes with `tags` into tube `t` costs the
+    /// store: a tagged job's records are longer, and an `idp:` TTL also
+    /// sets aside its cooling record (`ext.rs`).
+    pub(super) fn put_change(
+        &self,
+        t: u32,
+        body: usize,
+        tags: Option<&sprout_protocol::Tags>,
+    ) -> Change {
+        let tube = self.tubes[t].name.as_bytes().len();
+        let Some(tags) = tags else {
+            return Change::Put { body, tube };
+        };
+        let extras = super::Extras {
+            tags: tags.clone(),
+            cooling_until: None,
+        };
+        let cooling = Engine::room_for_cooling(Some(tags), tube).map_or(0, super::cost);
+        Change::Put {
+            body: body + cooling as usize,
+            tube: tube + extras.max_len(),
+        }
     }
 }
 
@@ -182,7 +238,7 @@ fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
 /// Also: the reserve-to-delete histogram and the tube's `cmd-delete`; the
 /// holder's TTR timer; the tube may be dropped; a delete record (its room
 /// was set aside at the put).
-fn delete(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+pub(super) fn delete(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     let Some(slot) = e.jobs.find(id) else {
         return Response::NotFound;
     };

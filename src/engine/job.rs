@@ -65,6 +65,9 @@ pub(super) struct Job {
     /// Read and bumped through the job table, which keeps the counts
     /// that outgrow these bytes.
     pub(super) counts: Packed,
+    /// The job has tuber's tags, kept beside the table (`ext.rs`); in
+    /// what was padding, so an untagged job costs no more.
+    pub(super) tagged: bool,
 }
 
 impl Job {
@@ -80,6 +83,7 @@ impl Job {
             tube,
             state: State::Ready,
             counts: Packed::default(),
+            tagged: false,
         }
     }
 

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
 
 use super::counts::Counts;
+use super::ext::Extras;
 use super::job::{Job, State};
 use super::Time;
 
@@ -49,6 +50,8 @@ pub struct JobImage {
     pub buries: u32,
     pub kicks: u32,
     pub body: Bytes,
+    /// tuber's tags, for a tagged job (`ext.rs`); `None` for all others.
+    pub ext: Option<Box<Extras>>,
 }
 
 /// One change for the store, in engine order.
@@ -83,6 +86,7 @@ impl JobImage {
             buries: counts.buries,
             kicks: counts.kicks,
             body,
+            ext: None,
         }
     }
 

@@ -23,12 +23,14 @@ use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URG
 mod admin;
 #[cfg(test)]
 mod admin_tests;
+mod batch;
 mod bodies;
 mod browse;
 mod clock;
 mod commands;
 mod conn;
 mod counts;
+mod ext;
 mod heap;
 mod histogram;
 mod host;
@@ -48,6 +50,7 @@ use clock::{micros, seconds, MICROS_PER_SECOND};
 pub use clock::{Clock, Time};
 use conn::Conn;
 use counts::Counter;
+pub use ext::Extras;
 use heap::ByPriority;
 pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
@@ -86,6 +89,9 @@ pub enum Outcome {
     Wait,
     /// `quit`: close the connection without an answer.
     Close,
+    /// Not finished: run this command again once others have had the
+    /// lock (`flush-tube`'s steps, `batch.rs`).
+    Again(Command),
 }
 
 /// The whole in-memory state of the server.
@@ -119,6 +125,8 @@ pub struct Engine {
     files: Vec<u32>,
     /// In cluster mode, this node's part in it (`stats` shows it).
     cluster: Option<ClusterStats>,
+    /// tuber's tags of tagged jobs (`ext.rs`).
+    ext: ext::Ext,
 }
 
 impl Engine {
@@ -144,6 +152,7 @@ impl Engine {
             file: 0,
             files: Vec::new(),
             cluster: None,
+            ext: ext::Ext::default(),
         }
     }
 
@@ -178,6 +187,7 @@ impl Engine {
             self.unreserve(conn, slot);
             self.make_ready(slot);
         }
+        self.ext_clear_flushing(conn);
         let mut c = self.conns.remove(&conn).expect("known connection");
         self.timers.set(TimerKey::Conn(conn), None);
         self.stats.connections -= 1;
@@ -231,6 +241,9 @@ impl Engine {
     /// Fires everything due at `now`.
     pub fn tick(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if self.cooling() {
+            self.expire_cooling();
+        }
         while let Some(key) = self.timers.pop_due(self.now) {
             match key {
                 TimerKey::Delayed(t) => self.delay_ended(t),
@@ -281,10 +294,16 @@ impl Engine {
     /// while the server was down comes back ready. Call in bury order for
     /// buried jobs; ids issued later are above every restored one.
     pub fn restore(&mut self, image: &JobImage) {
+        self.next_job_id = self.next_job_id.max(image.id + 1);
+        if image.ext.is_some() && self.restore_cooling(image) {
+            return;
+        }
         let t = self.tubes.find_or_make(&image.tube);
         let slot = self.jobs.insert(image.to_job(t), &image.body);
         self.jobs.set_counts(slot, image.counts());
-        self.next_job_id = self.next_job_id.max(image.id + 1);
+        if let Some(extras) = &image.ext {
+            self.attach(slot, Box::new(extras.tags.clone()));
+        }
         match image.state {
             Stored::Ready | Stored::Reserved => self.make_ready(slot),
             Stored::Delayed(until) if until > self.now => self.make_delayed(slot, until),
@@ -316,6 +335,9 @@ impl Engine {
         } else {
             self.take_out(slot);
         }
+        if self.jobs[slot].tagged {
+            self.drop_tags(slot);
+        }
         let job = self.jobs.remove(slot);
         self.drop_tube_ref(job.tube);
     }
@@ -346,9 +368,12 @@ impl Engine {
     /// Removes a job that is in no queue and held by no one, journaling
     /// its delete; its tube goes if nothing else refers to it.
     fn discard(&mut self, slot: u32) {
+        // A job cooling down under an `idp:` TTL writes its cooling record
+        // instead (`ext.rs`).
+        let cooling = self.jobs[slot].tagged && self.detach(slot);
         let job = self.jobs.remove(slot);
         self.drop_tube_ref(job.tube);
-        if self.config.journal {
+        if self.config.journal && !cooling {
             self.journal.push(Record::Delete(job.id));
             self.room.charge(Change::Delete);
         }
@@ -536,16 +561,24 @@ impl Engine {
         }
         let job = &self.jobs[slot];
         let tube = &self.tubes[job.tube].name;
-        let image = JobImage::of(
+        let mut image = JobImage::of(
             job,
             self.jobs.counts(slot),
             self.jobs.body_bytes(slot),
             tube,
         );
-        self.room.charge(Change::Put {
-            body: job.body.len(),
-            tube: tube.as_bytes().len(),
-        });
+        let change = match job.tagged {
+            false => Change::Put {
+                body: job.body.len(),
+                tube: tube.as_bytes().len(),
+            },
+            true => {
+                image.ext = self.extras(slot);
+                let tags = image.ext.as_ref().map(|x| &x.tags);
+                self.put_change(job.tube, job.body.len(), tags)
+            }
+        };
+        self.room.charge(change);
         self.journal.push(Record::Put(image));
         self.written_to_file(slot);
     }
@@ -558,15 +591,18 @@ impl Engine {
         }
         let job = &self.jobs[slot];
         let tube = &self.tubes[job.tube].name;
-        let image = JobImage::of(
+        let mut image = JobImage::of(
             job,
             self.jobs.counts(slot),
             self.jobs.body_bytes(slot),
             tube,
         );
-        self.room.charge(Change::Update {
-            tube: tube.as_bytes().len(),
-        });
+        let mut tube = tube.as_bytes().len();
+        if job.tagged {
+            image.ext = self.extras(slot);
+            tube += self.extras_len(slot);
+        }
+        self.room.charge(Change::Update { tube });
         self.journal.push(Record::Update(image));
         self.written_to_file(slot);
     }
@@ -582,7 +618,10 @@ impl Engine {
 
     /// Whether the store has room to record a new state of job `slot`.
     fn room_to_update(&self, slot: u32) -> bool {
-        let tube = self.tubes[self.jobs[slot].tube].name.as_bytes().len();
+        let mut tube = self.tubes[self.jobs[slot].tube].name.as_bytes().len();
+        if self.jobs[slot].tagged {
+            tube += self.extras_len(slot);
+        }
         self.room.admits(Change::Update { tube })
     }
 

@@ -45,6 +45,7 @@ fn put_cmd(pri: u32, delay: Duration, ttr: u64, body: &'static str) -> C {
         delay,
         ttr: secs(ttr),
         body: Bytes::from_static(body.as_bytes()),
+        tags: None,
     }
 }
 

@@ -150,6 +150,7 @@ pub(crate) mod tests {
             buries: 0,
             kicks: 0,
             body: vec![0xAB; body_len].into(),
+            ext: None,
         }
     }
 

@@ -43,6 +43,7 @@ mod bells;
 mod blobs;
 pub mod durable;
 mod entry;
+mod extras;
 mod frame;
 mod ids;
 mod journal;

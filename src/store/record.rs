@@ -21,6 +21,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use sprout_protocol::{JobId, TubeName};
 
+use super::extras;
 use crate::engine::{JobImage, Stored};
 
 pub const NEXT_ID_KEY: &[u8] = b"n";
@@ -45,12 +46,12 @@ impl fmt::Display for Corrupt {
 
 /// The length of [`encode_job`]'s output.
 pub fn encoded_len(image: &JobImage) -> usize {
-    FIXED_LEN + image.tube.as_bytes().len() + image.body.len()
+    state_len(image) + image.body.len()
 }
 
 /// The length of [`encode_state`]'s output.
 pub fn state_len(image: &JobImage) -> usize {
-    FIXED_LEN + image.tube.as_bytes().len()
+    FIXED_LEN + image.tube.as_bytes().len() + image.ext.as_ref().map_or(0, |x| x.max_len())
 }
 
 /// Appends the stored form of a job to `out`: its fixed fields, its tube
@@ -75,7 +76,9 @@ fn encode_fields(tag: u8, image: &JobImage, out: &mut Vec<u8>) {
     };
     out.push(tag);
     out.extend_from_slice(&image.id.to_le_bytes());
-    out.push(state_tag);
+    // tuber's tags, if any, follow the tube name (`extras.rs`).
+    let tagged = image.ext.as_ref().map_or(0, |_| extras::TAGGED);
+    out.push(state_tag | tagged);
     out.extend_from_slice(&value.to_le_bytes());
     for n in [image.pri, image.ttr, image.delay] {
         out.extend_from_slice(&n.to_le_bytes());
@@ -93,6 +96,9 @@ fn encode_fields(tag: u8, image: &JobImage, out: &mut Vec<u8>) {
     // Tube names are at most 200 bytes.
     out.push(name.len() as u8);
     out.extend_from_slice(name);
+    if let Some(ext) = &image.ext {
+        extras::encode(ext, out);
+    }
 }
 
 /// Reads back what [`encode_job`] wrote.
@@ -153,8 +159,9 @@ fn decode_fields(
     }
     let id: JobId = r.u64()?;
     let tag = r.u8()?;
+    let tagged = tag & extras::TAGGED != 0;
     let value = r.u64()?;
-    let state = match tag {
+    let state = match tag & !extras::TAGGED {
         0 => Stored::Ready,
         1 => Stored::Reserved,
         2 => Stored::Delayed(value),
@@ -167,6 +174,15 @@ fn decode_fields(
         (r.u32()?, r.u32()?, r.u32()?, r.u32()?, r.u32()?);
     let len = usize::from(r.u8()?);
     let tube = tube(r.take(len)?)?;
+    // tuber's tags, if any, before the body (`extras.rs`).
+    let ext = match tagged {
+        false => None,
+        true => {
+            let (ext, rest) = extras::decode(r.0)?;
+            r.0 = rest;
+            Some(Box::new(ext))
+        }
+    };
     let body = rest(r.0)?;
     Ok(JobImage {
         id,
@@ -182,6 +198,7 @@ fn decode_fields(
         buries,
         kicks,
         body,
+        ext,
     })
 }
 
@@ -243,6 +260,7 @@ mod tests {
             buries: 4,
             kicks: 5,
             body: Bytes::from_static(b"hello"),
+            ext: None,
         }
     }
 

@@ -9,29 +9,51 @@
 //!
 //! How the fraction extension changes the reading of a line is described in
 //! the parent module.
+//!
+//! # tuber's extensions
+//!
+//! After a `put`'s size, where beanstalkd allows nothing, any number of
+//! tags may follow, each after one or more spaces: `idp:<key>[:<ttl>]`,
+//! `grp:<name>`, `aft:<name>`, `con:<key>[:<n>]` (names follow the tube
+//! name rules; numbers are `u32`; `n` is at least 1). Trailing spaces after
+//! a tag are allowed, as tuber allows them. Any other text is beanstalkd's
+//! `BAD_FORMAT` (counted as a put, the body left unread), so no classic
+//! line reads differently. The new command words (`reserve-batch`,
+//! `delete-batch`, `flush-tube`, `peek-reserved`, `stats-group`) take their
+//! arguments like beanstalkd's own commands (spaces before a number, none
+//! after).
 
 use std::time::Duration;
 
 use nom::bytes::complete::take_while1;
 use nom::sequence::{preceded, tuple};
 
-use super::number::{kick_count, seconds, spaces, u32_field, u64_field, whole, whole_seconds};
-use crate::{is_name_char, Command, Op, ProtocolError, Rejected, TubeName, MAX_SECONDS};
+use super::number::{
+    digits, kick_count, seconds, spaces, u32_field, u64_field, whole, whole_seconds,
+};
+use crate::{
+    is_name_char, Command, Op, ProtocolError, Rejected, TagName, Tags, TubeName, MAX_BATCH,
+    MAX_SECONDS,
+};
 
 /// The longest `reserve-with-timeout` beanstalkd accepts: C's `INT_MAX` seconds.
 const MAX_RESERVE_TIMEOUT: u64 = i32::MAX as u64;
 
 /// The command words in the order beanstalkd tries them, and whether the word
 /// must be followed by a space to match.
-const WORDS: [(Op, bool); 25] = [
+/// The extensions' words go before the words they start with.
+const WORDS: [(Op, bool); 30] = [
     (Op::Put, true),
     (Op::Peek, true),
     (Op::PeekReady, false),
     (Op::PeekDelayed, false),
     (Op::PeekBuried, false),
+    (Op::PeekReserved, false),
     (Op::ReserveWithTimeout, true),
     (Op::ReserveJob, true),
+    (Op::ReserveBatch, true),
     (Op::Reserve, false),
+    (Op::DeleteBatch, true),
     (Op::Delete, true),
     (Op::Release, true),
     (Op::Bury, true),
@@ -40,6 +62,7 @@ const WORDS: [(Op, bool); 25] = [
     (Op::Touch, true),
     (Op::StatsJob, true),
     (Op::StatsTube, true),
+    (Op::StatsGroup, true),
     (Op::Stats, false),
     (Op::Use, true),
     (Op::Watch, true),
@@ -49,6 +72,7 @@ const WORDS: [(Op, bool); 25] = [
     (Op::ListTubes, false),
     (Op::Quit, false),
     (Op::PauseTube, false),
+    (Op::FlushTube, true),
 ];
 
 /// What a command line asks for.
@@ -57,7 +81,7 @@ pub enum CommandLine {
     /// A complete command; nothing follows the line.
     Command(Command),
     /// A valid `put`: its body of `bytes` bytes and a CRLF follow the line.
-    Put(PutHeader),
+    Put(PutHeader, Option<Box<Tags>>),
     /// A `put` of more than the size limit: skip `bytes + 2` bytes, then
     /// answer `JOB_TOO_BIG` (counted as a put).
     TooBig { bytes: u32 },
@@ -118,6 +142,15 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
         Op::ListTubes => exact(Command::ListTubes),
         Op::ListTubeUsed => exact(Command::ListTubeUsed),
         Op::ListTubesWatched => exact(Command::ListTubesWatched),
+        Op::PeekReserved => exact(Command::PeekReserved),
+        Op::FlushTube => tube().map(Command::FlushTube),
+        Op::StatsGroup => tag_name(args).map(Command::StatsGroup),
+        Op::ReserveBatch => whole(args, u32_field)
+            .filter(|n| (1..=MAX_BATCH as u32).contains(n))
+            .map(Command::ReserveBatch),
+        Op::DeleteBatch => whole(args, nom::multi::many1(u64_field))
+            .filter(|ids| ids.len() <= MAX_BATCH)
+            .map(Command::DeleteBatch),
     };
     command.map_or_else(
         || reject(ProtocolError::BadFormat, None),
@@ -150,15 +183,74 @@ fn put(args: &[u8], max_job_size: u32) -> CommandLine {
     if bytes > max_job_size {
         return CommandLine::TooBig { bytes };
     }
-    if !rest.is_empty() {
-        return reject(ProtocolError::BadFormat, Some(Op::Put));
+    let tags = match rest {
+        [] => None,
+        _ => match put_tags(rest) {
+            Some(tags) => Some(Box::new(tags)),
+            None => return reject(ProtocolError::BadFormat, Some(Op::Put)),
+        },
+    };
+    CommandLine::Put(
+        PutHeader {
+            pri,
+            delay,
+            ttr,
+            bytes,
+        },
+        tags,
+    )
+}
+
+/// The tags after a `put`'s size: at least one, each after spaces, and
+/// nothing else but trailing spaces.
+fn put_tags(mut rest: &[u8]) -> Option<Tags> {
+    let mut tags = Tags::default();
+    let mut first = true;
+    loop {
+        let trimmed = rest.strip_prefix(b" ")?;
+        let start = trimmed.iter().position(|&b| b != b' ');
+        let Some(start) = start else {
+            // Trailing spaces, after at least one tag.
+            return (!first).then_some(tags);
+        };
+        first = false;
+        let token = &trimmed[start..];
+        let end = token.iter().position(|&b| b == b' ').unwrap_or(token.len());
+        put_tag(&token[..end], &mut tags)?;
+        rest = &token[end..];
+        if rest.is_empty() {
+            return Some(tags);
+        }
     }
-    CommandLine::Put(PutHeader {
-        pri,
-        delay,
-        ttr,
-        bytes,
-    })
+}
+
+/// One `name:value` tag into `tags`.
+fn put_tag(tag: &[u8], tags: &mut Tags) -> Option<()> {
+    let (name, value) = (tag.get(..4)?, &tag[4..]);
+    match name {
+        b"idp:" => tags.idp = Some(name_and_number(value, 0)?),
+        b"grp:" => tags.grp = Some(tag_name(value)?),
+        b"aft:" => tags.aft = Some(tag_name(value)?),
+        b"con:" => tags.con = Some(name_and_number(value, 1).filter(|(_, n)| *n > 0)?),
+        _ => return None,
+    }
+    Some(())
+}
+
+/// `<name>[:<u32>]`, the number `default` when absent.
+fn name_and_number(value: &[u8], default: u32) -> Option<(TagName, u32)> {
+    match value.iter().position(|&b| b == b':') {
+        None => Some((tag_name(value)?, default)),
+        Some(at) => {
+            let n = whole(&value[at + 1..], digits)?;
+            Some((tag_name(&value[..at])?, u32::try_from(n).ok()?))
+        }
+    }
+}
+
+/// A key or group name: the tube name rules.
+fn tag_name(value: &[u8]) -> Option<TagName> {
+    TubeName::new(value).map(|name| name.as_str().into())
 }
 
 /// `pause-tube <tube> <delay>`: the name is a run of name characters after

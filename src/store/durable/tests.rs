@@ -53,6 +53,7 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
         buries: rng.below(10) as u32,
         kicks: rng.below(10) as u32,
         body: vec![(id % 251) as u8; len].into(),
+        ext: None,
     }
 }
 

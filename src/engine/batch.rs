@@ -1,0 +1,140 @@
+//! tuber's batch commands: `reserve-batch`, `delete-batch`, `flush-tube`,
+//! `peek-reserved`.
+//!
+//! `flush-tube` deletes a tube's jobs [`FLUSH_STEP`] at a time: after each
+//! step it answers [`Outcome::Again`], and the connection runs it again
+//! once it has let go of the engine's lock, so other clients are served
+//! between steps however many jobs the tube holds. Jobs put into the tube
+//! while it is being flushed may be flushed too; the answer counts every
+//! job the flush deleted.
+
+use sprout_protocol::{Command, JobId, Response, TubeName, MAX_BATCH};
+
+use super::heap::ByPriority;
+use super::{commands, ConnId, Engine, Outcome};
+
+/// Jobs a `flush-tube` step deletes under one hold of the lock: about a
+/// millisecond's work.
+pub(super) const FLUSH_STEP: usize = 1000;
+
+/// `reserve-batch <n>`: up to `n` ready jobs of the unpaused tubes `conn`
+/// watches, most urgent first, without waiting (`RESERVED_BATCH 0` when
+/// there are none).
+/// Also: marks `conn` a worker; each job's TTR timer; no record.
+pub(super) fn reserve_batch(e: &mut Engine, conn: ConnId, n: u32) -> Response {
+    e.set_worker(conn);
+    let mut jobs = Vec::new();
+    while jobs.len() < (n as usize).min(MAX_BATCH) {
+        let c = &e.conns[&conn];
+        let best = c
+            .watch
+            .iter()
+            .filter(|&&t| !e.tubes[t].is_paused())
+            .filter_map(|&t| e.tubes[t].ready.peek())
+            .min_by_key(|entry| entry.key());
+        let Some(ByPriority { slot, .. }) = best else {
+            break;
+        };
+        e.take_out(slot);
+        e.make_reserved(conn, slot);
+        jobs.push((e.jobs[slot].id, e.jobs.body_bytes(slot)));
+    }
+    Response::ReservedBatch(jobs)
+}
+
+/// `delete-batch <id>...`: each as `delete` would; the answer counts
+/// those deleted and those not found (or held by someone else).
+pub(super) fn delete_batch(e: &mut Engine, conn: ConnId, ids: &[JobId]) -> Response {
+    let (mut deleted, mut not_found) = (0, 0);
+    for &id in ids {
+        match commands::delete(e, conn, id) {
+            Response::Deleted => deleted += 1,
+            _ => not_found += 1,
+        }
+    }
+    Response::DeletedBatch { deleted, not_found }
+}
+
+/// `peek-reserved`: the reserved job with the lowest id in the tube `conn`
+/// uses, whoever holds it (as tuber answers). Reads only.
+pub(super) fn peek_reserved(e: &Engine, conn: ConnId) -> Response {
+    let t = e.used(conn);
+    if e.tubes[t].reserved == 0 {
+        return Response::NotFound;
+    }
+    let slot = e
+        .conns
+        .values()
+        .flat_map(|c| c.reserved.iter().map(|&(_, slot)| slot))
+        .filter(|&slot| e.jobs[slot].tube == t)
+        .min_by_key(|&slot| e.jobs[slot].id);
+    e.found(slot)
+}
+
+/// One step of `flush-tube <tube>`: NOT_FOUND for a tube that does not
+/// exist, `FLUSHED <count>` once it holds no job, else [`Outcome::Again`].
+/// Also: reserved jobs are taken from their holders; the tube's
+/// `cmd-delete`; a delete record each (no `idp:` cooldown: the tube's
+/// cooldowns end too); the tube may be dropped at the end.
+pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcome {
+    let so_far = e.ext_flushing(conn);
+    let Some(t) = e.tubes.find(&name) else {
+        return Outcome::Reply(match so_far {
+            None => Response::NotFound,
+            Some(n) => Response::Flushed(n),
+        });
+    };
+    // Held for the step, so the tube outlives its last job until the end.
+    e.tubes[t].using += 1;
+    let mut flushed = 0;
+    while flushed < FLUSH_STEP {
+        let tube = &e.tubes[t];
+        let queued = tube
+            .buried
+            .first()
+            .map(|&(_, slot)| slot)
+            .or_else(|| tube.delayed.peek().map(|d| d.slot))
+            .or_else(|| tube.ready.peek().map(|r| r.slot));
+        if let Some(slot) = queued {
+            e.take_out(slot);
+            flush_job(e, t, slot);
+            flushed += 1;
+            continue;
+        }
+        if e.tubes[t].reserved == 0 {
+            break;
+        }
+        let held: Vec<(ConnId, u32)> = e
+            .conns
+            .iter()
+            .flat_map(|(&c, held)| held.reserved.iter().map(move |&(_, slot)| (c, slot)))
+            .filter(|&(_, slot)| e.jobs[slot].tube == t)
+            .take(FLUSH_STEP - flushed)
+            .collect();
+        for (holder, slot) in held {
+            e.unreserve(holder, slot);
+            flush_job(e, t, slot);
+            flushed += 1;
+        }
+    }
+    e.tubes[t].using -= 1;
+    e.drop_tube_ref(t);
+    let total = so_far.unwrap_or(0) + flushed as u64;
+    if flushed == FLUSH_STEP {
+        e.ext_set_flushing(conn, total);
+        return Outcome::Again(Command::FlushTube(name));
+    }
+    e.end_cooling_in(&name);
+    e.ext_clear_flushing(conn);
+    Outcome::Reply(Response::Flushed(total))
+}
+
+/// Deletes job `slot` of tube `t`, out of every queue: a delete record,
+/// never an `idp:` cooldown.
+fn flush_job(e: &mut Engine, t: u32, slot: u32) {
+    if e.jobs[slot].tagged {
+        e.drop_tags(slot);
+    }
+    e.tubes[t].deletes += 1;
+    e.discard(slot);
+}

@@ -1,0 +1,361 @@
+//! tuber's `put` tags, as far as sprout speaks them: `idp:<key>[:<ttl>]`,
+//! the idempotent put. (`grp:`, `aft:` and `con:` are read and stored, but
+//! not kept yet: a put with them is answered `BAD_FORMAT`, its body read,
+//! rather than queued with a promise sprout would not keep.)
+//!
+//! A tagged job is an ordinary job with its `tagged` flag set and its
+//! [`Tags`] kept here by slot, so an untagged job costs nothing more: the
+//! flag sits in a byte the job record already had as padding, and every
+//! hook below starts by testing it.
+//!
+//! # Idempotent puts
+//!
+//! While a job with key K lives in tube T, a `put … idp:K` into T answers
+//! `INSERTED <id> <STATE>` with that job's id and state, and uses up no id
+//! (as in tuber). A lower (more urgent) priority is taken over by the job,
+//! and the answer says so (`INSERTED <id> <STATE> <pri>`); a higher one is
+//! ignored. When the job is deleted the key is free again, unless the
+//! put gave a TTL (`idp:K:N`): then the key keeps answering
+//! `INSERTED <id> DELETED` for N seconds after the delete.
+//!
+//! # Durability
+//!
+//! The tags travel in the job's records ([`Extras`] in a [`JobImage`]),
+//! so a restart rebuilds the keys from the jobs. A delete under a TTL is
+//! not journaled as a delete: the job's record is rewritten as a *cooling*
+//! image ([`Extras::cooling_until`]), which a restart turns back into the
+//! key's cooldown rather than a job, and which is deleted for good when the
+//! cooldown is over. Its room in the journal is set aside at the put (see
+//! `room.rs`), so a delete never fails for want of room, and the cooldown
+//! is never forgotten. A deduplicated answer writes nothing (unless it
+//! raises the priority) and so waits, like any answer, for the store to
+//! hold everything before it, the original put included: no crash can take
+//! back a job a client was told exists.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+use sprout_protocol::{DupState, JobId, Response, TagName, Tags, TubeName};
+
+use super::job::State;
+use super::journal::JobImage;
+use super::room::Change;
+use super::{ConnId, Engine, Record, Time, MICROS_PER_SECOND};
+
+/// What a job's records carry beyond beanstalkd's fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extras {
+    pub tags: Tags,
+    /// The job was deleted under an `idp:` TTL: the record keeps its key
+    /// deduplicating until this moment, and is no job any more.
+    pub cooling_until: Option<Time>,
+}
+
+impl Extras {
+    /// The most bytes a store spends on them (`store/extras.rs` is held to
+    /// it): a flags byte, each name with a length byte, each number in
+    /// 4 bytes, the cooldown in 8.
+    pub fn max_len(&self) -> usize {
+        let t = &self.tags;
+        1 + t.idp.as_ref().map_or(0, |(k, _)| 1 + k.len() + 4)
+            + t.grp.as_ref().map_or(0, |g| 1 + g.len())
+            + t.aft.as_ref().map_or(0, |g| 1 + g.len())
+            + t.con.as_ref().map_or(0, |(k, _)| 1 + k.len() + 4)
+            + self.cooling_until.map_or(0, |_| 8)
+    }
+}
+
+/// The engine's state for tagged jobs.
+#[derive(Default)]
+pub(super) struct Ext {
+    /// By slot: the tags of every tagged job.
+    tags: FxHashMap<u32, Box<Tags>>,
+    /// By tube name, then key: the job holding an `idp:` key.
+    keys: FxHashMap<TubeName, FxHashMap<TagName, Key>>,
+    /// Keys cooling down, by the moment they are free again.
+    cooling: BTreeMap<(Time, JobId), (TubeName, TagName)>,
+    /// Connections in the middle of a `flush-tube`, and what they flushed
+    /// so far (`batch.rs`).
+    flushing: FxHashMap<ConnId, u64>,
+}
+
+/// Who holds an `idp:` key.
+#[derive(Clone, Copy, Debug)]
+enum Key {
+    /// A live job.
+    Live(JobId),
+    /// A deleted job whose key cools down until this moment.
+    Cooling(JobId, Time),
+}
+
+impl Engine {
+    /// A `put` with tags into tube `t`: the deduplicated answer if its
+    /// `idp:` key is held, else [`Engine::put_job`] with the tags.
+    pub(super) fn put_tagged(
+        &mut self,
+        t: u32,
+        pri: u32,
+        delay: std::time::Duration,
+        ttr: std::time::Duration,
+        body: bytes::Bytes,
+        tags: Box<Tags>,
+    ) -> Response {
+        if tags.grp.is_some() || tags.aft.is_some() || tags.con.is_some() {
+            // Not kept yet: refused rather than ignored.
+            return Response::BadFormat;
+        }
+        if !self.draining {
+            if let Some((key, _)) = &tags.idp {
+                if let Some(reply) = self.deduplicate(t, key, pri) {
+                    return reply;
+                }
+            }
+        }
+        self.put_job(t, pri, delay, ttr, body, Some(tags))
+    }
+
+    /// The answer to a put whose key `key` is held in tube `t`, if it is.
+    fn deduplicate(&mut self, t: u32, key: &str, pri: u32) -> Option<Response> {
+        let name = &self.tubes[t].name;
+        let held = *self.ext.keys.get(name)?.get(key)?;
+        match held {
+            Key::Cooling(id, until) if until > self.now => Some(Response::InsertedDup {
+                id,
+                state: DupState::Deleted,
+                pri: None,
+            }),
+            Key::Cooling(id, until) => {
+                self.end_cooling(until, id);
+                None
+            }
+            Key::Live(id) => {
+                let slot = self.jobs.find(id).expect("a held key's job lives");
+                let raised = pri < self.jobs[slot].pri && self.room_to_update(slot);
+                if raised {
+                    self.set_pri(slot, pri);
+                    self.record_update(slot);
+                }
+                let state = match self.jobs[slot].state() {
+                    State::Ready => DupState::Ready,
+                    State::Reserved => DupState::Reserved,
+                    State::Delayed => DupState::Delayed,
+                    State::Buried => DupState::Buried,
+                };
+                Some(Response::InsertedDup {
+                    id,
+                    state,
+                    pri: raised.then_some(pri),
+                })
+            }
+        }
+    }
+
+    /// Job `slot` takes priority `pri` (a ready job moves in its heap).
+    fn set_pri(&mut self, slot: u32, pri: u32) {
+        if self.jobs[slot].state() == State::Ready {
+            self.take_out(slot);
+            self.jobs[slot].pri = pri;
+            self.make_ready(slot);
+        } else {
+            self.jobs[slot].pri = pri;
+        }
+    }
+
+    /// The new job `slot` carries `tags`: it holds their key.
+    pub(super) fn attach(&mut self, slot: u32, tags: Box<Tags>) {
+        let job = &mut self.jobs[slot];
+        job.tagged = true;
+        let id = job.id;
+        if let Some((key, _)) = &tags.idp {
+            let name = self.tubes[job.tube].name.clone();
+            let keys = self.ext.keys.entry(name).or_default();
+            // A restart may find the job after an older cooldown of its
+            // key: that one's record still goes when it is over.
+            keys.insert(key.clone(), Key::Live(id));
+        }
+        self.ext.tags.insert(slot, tags);
+    }
+
+    /// The records' extras of job `slot` (`None` for an untagged job).
+    pub(super) fn extras(&self, slot: u32) -> Option<Box<Extras>> {
+        if !self.jobs[slot].tagged {
+            return None;
+        }
+        let tags = self.ext.tags.get(&slot).expect("a tagged job's tags");
+        Some(Box::new(Extras {
+            tags: (**tags).clone(),
+            cooling_until: None,
+        }))
+    }
+
+    /// The bytes job `slot`'s extras add to each of its records.
+    pub(super) fn extras_len(&self, slot: u32) -> usize {
+        match self.jobs[slot].tagged {
+            false => 0,
+            true => Extras {
+                tags: (*self.ext.tags[&slot]).clone(),
+                cooling_until: Some(0),
+            }
+            .max_len(),
+        }
+    }
+
+    /// The room a put of `tags` sets aside beyond its own and its delete's:
+    /// the cooling record an `idp:` TTL writes instead of the delete.
+    pub(super) fn room_for_cooling(tags: Option<&Tags>, tube: usize) -> Option<Change> {
+        let tags = tags?;
+        tags.idp.as_ref().filter(|(_, ttl)| *ttl > 0)?;
+        let extras = Extras {
+            tags: tags.clone(),
+            cooling_until: Some(0),
+        };
+        Some(Change::Update {
+            tube: tube + extras.max_len(),
+        })
+    }
+
+    /// A tagged job is being deleted: its key is freed, or cools down. In
+    /// the second case the job's cooling record replaces its delete, and
+    /// this returns `true`: the caller journals no delete.
+    pub(super) fn detach(&mut self, slot: u32) -> bool {
+        let Some(tags) = self.ext.tags.remove(&slot) else {
+            return false;
+        };
+        let job = &self.jobs[slot];
+        let (id, name) = (job.id, self.tubes[job.tube].name.clone());
+        let Some((key, ttl)) = &tags.idp else {
+            return false;
+        };
+        let keys = self.ext.keys.get_mut(&name).expect("a held key's tube");
+        if *ttl == 0 {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.ext.keys.remove(&name);
+            }
+            return false;
+        }
+        let until = self.now.saturating_add(u64::from(*ttl) * MICROS_PER_SECOND);
+        keys.insert(key.clone(), Key::Cooling(id, until));
+        self.ext
+            .cooling
+            .insert((until, id), (name.clone(), key.clone()));
+        if self.config.journal {
+            let job = &self.jobs[slot];
+            let mut image = JobImage::of(
+                job,
+                self.jobs.counts(slot),
+                self.jobs.body_bytes(slot),
+                &name,
+            );
+            image.ext = Some(Box::new(Extras {
+                tags: *tags,
+                cooling_until: Some(until),
+            }));
+            // Its room was set aside at the put (`room_for_cooling`).
+            self.journal.push(Record::Update(image));
+        }
+        true
+    }
+
+    /// A job whose put the store lost goes without a trace.
+    pub(super) fn drop_tags(&mut self, slot: u32) {
+        let Some(tags) = self.ext.tags.remove(&slot) else {
+            return;
+        };
+        if let Some((key, _)) = &tags.idp {
+            let name = &self.tubes[self.jobs[slot].tube].name;
+            if let Some(keys) = self.ext.keys.get_mut(name) {
+                keys.remove(key);
+            }
+        }
+    }
+
+    /// A stored cooling image comes back as its key's cooldown; `false`
+    /// for any other image.
+    pub(super) fn restore_cooling(&mut self, image: &JobImage) -> bool {
+        let Some(Extras {
+            tags,
+            cooling_until: Some(until),
+        }) = image.ext.as_deref()
+        else {
+            return false;
+        };
+        let Some((key, _)) = &tags.idp else {
+            return true;
+        };
+        let keys = self.ext.keys.entry(image.tube.clone()).or_default();
+        if !keys.contains_key(key) {
+            keys.insert(key.clone(), Key::Cooling(image.id, *until));
+        }
+        // Even when a live job holds the key, the record must go in time.
+        let held = (image.tube.clone(), key.clone());
+        self.ext.cooling.insert((*until, image.id), held);
+        true
+    }
+
+    /// Ends the cooldowns that are over (their records are deleted).
+    pub(super) fn expire_cooling(&mut self) {
+        while let Some((&(until, id), _)) = self.ext.cooling.first_key_value() {
+            if until > self.now {
+                return;
+            }
+            self.end_cooling(until, id);
+        }
+    }
+
+    fn end_cooling(&mut self, until: Time, id: JobId) {
+        let Some((name, key)) = self.ext.cooling.remove(&(until, id)) else {
+            return;
+        };
+        if let Some(keys) = self.ext.keys.get_mut(&name) {
+            if matches!(keys.get(&key), Some(Key::Cooling(held, _)) if *held == id) {
+                keys.remove(&key);
+            }
+            if keys.is_empty() {
+                self.ext.keys.remove(&name);
+            }
+        }
+        if self.config.journal {
+            // Its room is the delete room its put set aside.
+            self.journal.push(Record::Delete(id));
+        }
+    }
+
+    /// Ends every cooldown of tube `name` (`flush-tube`).
+    pub(super) fn end_cooling_in(&mut self, name: &TubeName) {
+        let Some(keys) = self.ext.keys.get(name) else {
+            return;
+        };
+        let ending: Vec<(Time, JobId)> = keys
+            .values()
+            .filter_map(|held| match *held {
+                Key::Cooling(id, until) => Some((until, id)),
+                Key::Live(_) => None,
+            })
+            .collect();
+        for (until, id) in ending {
+            self.end_cooling(until, id);
+        }
+    }
+
+    /// What `conn`'s unfinished `flush-tube` has flushed, if it has one.
+    pub(super) fn ext_flushing(&self, conn: ConnId) -> Option<u64> {
+        self.ext.flushing.get(&conn).copied()
+    }
+
+    pub(super) fn ext_set_flushing(&mut self, conn: ConnId, flushed: u64) {
+        self.ext.flushing.insert(conn, flushed);
+    }
+
+    /// `conn`'s `flush-tube` is over (or `conn` is gone).
+    pub(super) fn ext_clear_flushing(&mut self, conn: ConnId) {
+        if !self.ext.flushing.is_empty() {
+            self.ext.flushing.remove(&conn);
+        }
+    }
+
+    /// Whether any cooldown is running (a cheap test for `tick`).
+    pub(super) fn cooling(&self) -> bool {
+        !self.ext.cooling.is_empty()
+    }
+}

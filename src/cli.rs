@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(short = 'z', long = "max-job-size", value_name = "BYTES", default_value_t = DEFAULT_MAX_JOB_SIZE as u64)]
     pub max_job_size: u64,
 
+    /// The most bytes of job bodies held at once: a put over it answers
+    /// OUT_OF_MEMORY (tuber's flag; unlimited when absent).
+    #[arg(long = "max-jobs-size", value_name = "BYTES")]
+    pub max_jobs_size: Option<u64>,
+
     /// Keep jobs durably in DIR (an embedded sled database).
     #[arg(short = 'b', long = "binlog-dir", value_name = "DIR")]
     pub binlog_dir: Option<PathBuf>,

@@ -184,6 +184,7 @@ impl Server {
         let binlog = Arc::new(BinlogStats::default());
         let config = engine_config(args, binlog.clone());
         let mut engine = Engine::new(config, clock.now());
+        engine.set_jobs_budget(args.max_jobs_size);
         let store: Box<dyn Store> = match &args.binlog_dir {
             None => Box::new(Memory::new()),
             Some(dir) => {

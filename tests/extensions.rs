@@ -510,3 +510,46 @@ fn idp_keys_and_cooldowns_survive_kill_9() {
     let ready: u64 = c.stat("current-jobs-ready").parse().unwrap();
     assert_eq!(ready, 2001, "one job per key, and job 1");
 }
+
+/// `--max-jobs-size`: a put that would hold more body bytes than the
+/// budget answers OUT_OF_MEMORY; deletes make room again; `stats` counts.
+#[test]
+fn max_jobs_size_refuses_puts_over_the_budget_until_the_queue_drains() {
+    if !dialect("max_jobs_size_refuses_puts_over_the_budget_until_the_queue_drains") {
+        return;
+    }
+    // tuber also counts a fixed overhead per job; 10 bytes of bodies fit
+    // in sprout's budget of 10 but not in tuber's, so sprout only.
+    if !sprout_only("max_jobs_size_refuses_puts_over_the_budget_until_the_queue_drains") {
+        return;
+    }
+    let s = TestServer::start(&["--max-jobs-size", "10"]);
+    let mut c = s.connect();
+    c.exchange(b"put 0 0 30 6\r\naaaaaa\r\n", b"INSERTED 1\r\n");
+    c.exchange(b"put 0 0 30 5\r\nbbbbb\r\n", b"OUT_OF_MEMORY\r\n");
+    c.exchange(b"put 0 0 30 4\r\ncccc\r\n", b"INSERTED 3\r\n");
+    c.exchange(b"put 0 0 30 0\r\n\r\n", b"INSERTED 4\r\n");
+    c.exchange(b"put 0 0 30 1 idp:k\r\nd\r\n", b"OUT_OF_MEMORY\r\n");
+    // Work goes on at the limit.
+    c.exchange(b"reserve\r\n", b"RESERVED 1 6\r\naaaaaa\r\n");
+    c.exchange(b"release 1 0 0\r\n", b"RELEASED\r\n");
+    assert_eq!(c.stat("current-jobs-size"), "10");
+    assert_eq!(c.stat("max-jobs-size"), "10");
+    assert_eq!(c.stat("total-puts-over-budget"), "2");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"put 0 0 30 5\r\nbbbbb\r\n", b"INSERTED 6\r\n");
+    assert_eq!(c.stat("current-jobs-size"), "9");
+}
+
+#[test]
+fn without_max_jobs_size_stats_has_beanstalkds_keys_only() {
+    if !sprout_only("without_max_jobs_size_stats_has_beanstalkds_keys_only") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    let stats = c.stats_of("stats");
+    assert!(stats
+        .iter()
+        .all(|(k, _)| k != "max-jobs-size" && k != "current-jobs-size"));
+}

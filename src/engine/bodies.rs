@@ -47,6 +47,8 @@ impl Body {
 pub(super) struct Bodies {
     /// By class: bodies of `STEP * (class + 1)` bytes or less.
     classes: Vec<Class>,
+    /// The bytes of every body held (`--max-jobs-size` counts them).
+    bytes: u64,
     /// Bodies over [`SMALL`] bytes, by `at`; freed ones are empty.
     large: Vec<Box<[u8]>>,
     large_free: Vec<u32>,
@@ -129,12 +131,19 @@ impl Bodies {
             classes: (1..=CLASSES).map(|c| Class::new(c * STEP)).collect(),
             large: Vec::new(),
             large_free: Vec::new(),
+            bytes: 0,
         }
+    }
+
+    /// The bytes of every body held.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Keeps a copy of `body`.
     pub(super) fn put(&mut self, body: &[u8]) -> Body {
         let len = u32::try_from(body.len()).expect("bodies are at most 1 GiB");
+        self.bytes += u64::from(len);
         let at = match body.len() {
             0 => 0,
             n if n <= SMALL => {
@@ -170,6 +179,7 @@ impl Bodies {
 
     /// Frees `body`'s room for another; the handle must not be used again.
     pub(super) fn free(&mut self, body: Body) {
+        self.bytes -= body.len() as u64;
         match body.len() {
             0 => {}
             n if n <= SMALL => self.classes[class_of(n)].give_back(body.at),

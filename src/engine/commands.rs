@@ -125,7 +125,7 @@ impl Engine {
             return Response::Draining;
         }
         let change = self.put_change(t, body.len(), tags.as_deref());
-        if self.jobs.is_full() || !self.room.admits(change) {
+        if self.jobs.is_full() || !self.room.admits(change) || self.over_budget(body.len()) {
             return Response::OutOfMemory;
         }
         let job = Job::new(id, pri, seconds(ttr).max(1), seconds(delay), t, self.now);
@@ -455,7 +455,7 @@ impl Engine {
     /// The `stats` document (also `/metrics`' source, through `browse.rs`).
     /// Reads only.
     pub(super) fn stats_document(&self) -> Bytes {
-        stats::server(
+        let document = stats::server(
             &self.stats,
             &stats::ServerFacts {
                 config: &self.config,
@@ -465,7 +465,16 @@ impl Engine {
                 draining: self.draining,
                 cluster: self.cluster.as_ref(),
             },
-        )
+        );
+        let mut out = Vec::new();
+        self.budget_stats(&mut out);
+        if out.is_empty() {
+            return document;
+        }
+        // Appended after beanstalkd's keys, and only under the flag.
+        let mut whole = document.to_vec();
+        whole.extend_from_slice(&out);
+        Bytes::from(whole)
     }
 }
 

@@ -77,6 +77,10 @@ pub(super) struct Ext {
     /// Connections in the middle of a `flush-tube`, and what they flushed
     /// so far (`batch.rs`).
     flushing: FxHashMap<ConnId, u64>,
+    /// `--max-jobs-size`: the most body bytes held at once.
+    budget: Option<u64>,
+    /// Puts refused for it.
+    over_budget: u64,
 }
 
 /// Who holds an `idp:` key.
@@ -318,6 +322,36 @@ impl Engine {
         if self.config.journal {
             // Its room is the delete room its put set aside.
             self.journal.push(Record::Delete(id));
+        }
+    }
+
+    /// `--max-jobs-size`: puts that would hold more than `bytes` of bodies
+    /// in all answer OUT_OF_MEMORY.
+    pub fn set_jobs_budget(&mut self, bytes: Option<u64>) {
+        self.ext.budget = bytes;
+    }
+
+    /// Whether a new body of `len` bytes is over the budget (and counts
+    /// the refusal).
+    #[inline]
+    pub(super) fn over_budget(&mut self, len: usize) -> bool {
+        let Some(max) = self.ext.budget else {
+            return false;
+        };
+        let over = self.jobs.bodies_size() + len as u64 > max;
+        self.ext.over_budget += u64::from(over);
+        over
+    }
+
+    /// The `stats` lines of the budget, when there is one.
+    pub(super) fn budget_stats(&self, out: &mut Vec<u8>) {
+        if let Some(max) = self.ext.budget {
+            let lines = format!(
+                "current-jobs-size: {}\nmax-jobs-size: {max}\ntotal-puts-over-budget: {}\n",
+                self.jobs.bodies_size(),
+                self.ext.over_budget
+            );
+            out.extend_from_slice(lines.as_bytes());
         }
     }
 

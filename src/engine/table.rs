@@ -224,6 +224,11 @@ impl JobTable {
         self.bodies.get(self[slot].body)
     }
 
+    /// The bytes of every body held.
+    pub(super) fn bodies_size(&self) -> u64 {
+        self.bodies.bytes()
+    }
+
     /// A copy of the body of the job in `slot`, for a reply or a record.
     pub(super) fn body_bytes(&self, slot: u32) -> bytes::Bytes {
         bytes::Bytes::copy_from_slice(self.body(slot))

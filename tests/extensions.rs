@@ -553,3 +553,77 @@ fn without_max_jobs_size_stats_has_beanstalkds_keys_only() {
         .iter()
         .all(|(k, _)| k != "max-jobs-size" && k != "current-jobs-size"));
 }
+
+#[test]
+fn con_key_allows_one_reservation_at_a_time_by_default() {
+    if !dialect("con_key_allows_one_reservation_at_a_time_by_default") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    let mut c = s.connect();
+    c.exchange(&put("con:u", "1"), b"INSERTED 1\r\n");
+    c.exchange(&put("con:u", "2"), b"INSERTED 2\r\n");
+    c.exchange(b"put 0 0 30 1\r\n3\r\n", b"INSERTED 3\r\n");
+    a.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\n1\r\n");
+    // Job 2 is ready but held back: its key is taken.
+    b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\n3\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    b.exchange(b"reserve-job 2\r\n", b"NOT_FOUND\r\n");
+    b.exchange(b"reserve-batch 10\r\n", b"RESERVED_BATCH 0\r\n");
+    a.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\n2\r\n");
+    // Burying frees the key.
+    c.exchange(&put("con:u", "4"), b"INSERTED 4\r\n");
+    a.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    b.exchange(b"bury 2 0\r\n", b"BURIED\r\n");
+    a.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\n4\r\n");
+}
+
+#[test]
+fn con_key_with_a_limit_and_a_waiting_reserver() {
+    if !dialect("con_key_with_a_limit_and_a_waiting_reserver") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    let mut w = s.connect();
+    let mut c = s.connect();
+    for id in 1..=3 {
+        let reply = format!("INSERTED {id}\r\n");
+        c.exchange(&put("con:api:2", "x"), reply.as_bytes());
+    }
+    a.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nx\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nx\r\n");
+    w.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    w.send(b"reserve-with-timeout 5\r\n");
+    w.expect_silence(Duration::from_millis(100));
+    // A release with a delay frees the slot; the waiter gets job 3.
+    a.exchange(b"release 1 0 60\r\n", b"RELEASED\r\n");
+    w.expect(b"RESERVED 3 1\r\nx\r\n");
+}
+
+/// sprout only (kill -9): a restart brings every job back ready, with no
+/// key's limit exceeded.
+#[test]
+fn con_limits_hold_after_kill_9() {
+    if !sprout_only("con_limits_hold_after_kill_9") {
+        return;
+    }
+    let dir = TempDir::new();
+    let mut s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(&put("con:k", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("con:k", "b"), b"INSERTED 2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    s.kill9();
+    let s = TestServer::start_with_store(dir.path(), &[]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    a.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    a.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nb\r\n");
+}

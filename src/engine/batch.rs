@@ -30,7 +30,7 @@ pub(super) fn reserve_batch(e: &mut Engine, conn: ConnId, n: u32) -> Response {
             .watch
             .iter()
             .filter(|&&t| !e.tubes[t].is_paused())
-            .filter_map(|&t| e.tubes[t].ready.peek())
+            .filter_map(|&t| e.ready_top(t))
             .min_by_key(|entry| entry.key());
         let Some(ByPriority { slot, .. }) = best else {
             break;

@@ -196,7 +196,7 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
         .watch
         .iter()
         .filter(|&&t| !e.tubes[t].is_paused())
-        .filter_map(|&t| e.tubes[t].ready.peek())
+        .filter_map(|&t| e.ready_top(t))
         .min_by_key(|entry| entry.key());
     if let Some(ByPriority { slot, .. }) = best {
         e.take_out(slot);
@@ -225,6 +225,9 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
 fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
+            if e.jobs[slot].tagged && e.con_blocked(slot) {
+                return Response::NotFound;
+            }
             e.take_out(slot);
             e.set_worker(conn);
             e.make_reserved(conn, slot);

@@ -1,7 +1,8 @@
 //! tuber's `put` tags, as far as sprout speaks them: `idp:<key>[:<ttl>]`,
-//! the idempotent put. (`grp:`, `aft:` and `con:` are read and stored, but
-//! not kept yet: a put with them is answered `BAD_FORMAT`, its body read,
-//! rather than queued with a promise sprout would not keep.)
+//! the idempotent put, and `con:<key>[:<n>]`, concurrency keys. (`grp:`
+//! and `aft:` are read and stored, but not kept yet: a put with them is
+//! answered `BAD_FORMAT`, its body read, rather than queued with a promise
+//! sprout would not keep.)
 //!
 //! A tagged job is an ordinary job with its `tagged` flag set and its
 //! [`Tags`] kept here by slot, so an untagged job costs nothing more: the
@@ -17,6 +18,16 @@
 //! ignored. When the job is deleted the key is free again, unless the
 //! put gave a TTL (`idp:K:N`): then the key keeps answering
 //! `INSERTED <id> DELETED` for N seconds after the delete.
+//!
+//! # Concurrency keys
+//!
+//! At most `n` jobs with key K (in any tube, as in tuber) are reserved at
+//! once: a reserve passes over a ready job whose key is at its limit
+//! ([`Engine::ready_top`]), `reserve-job` answers NOT_FOUND for it, and
+//! when such a reservation ends (delete, release, bury, TTR, disconnect)
+//! the waiters of every tube with ready jobs are served again. Nothing of
+//! it is journaled but the tag: a restart brings every job back ready, so
+//! every key starts with nothing reserved.
 //!
 //! # Durability
 //!
@@ -37,6 +48,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use sprout_protocol::{DupState, JobId, Response, TagName, Tags, TubeName};
 
+use super::heap::ByPriority;
 use super::job::State;
 use super::journal::JobImage;
 use super::room::Change;
@@ -77,6 +89,11 @@ pub(super) struct Ext {
     /// Connections in the middle of a `flush-tube`, and what they flushed
     /// so far (`batch.rs`).
     flushing: FxHashMap<ConnId, u64>,
+    /// By `con:` key: how many of its jobs are reserved now.
+    con: FxHashMap<TagName, u32>,
+    /// A reservation of a `con:` job ended: waiters may now get a job
+    /// that was held back (`Engine::tick` serves them).
+    con_freed: bool,
     /// `--max-jobs-size`: the most body bytes held at once.
     budget: Option<u64>,
     /// Puts refused for it.
@@ -104,7 +121,7 @@ impl Engine {
         body: bytes::Bytes,
         tags: Box<Tags>,
     ) -> Response {
-        if tags.grp.is_some() || tags.aft.is_some() || tags.con.is_some() {
+        if tags.grp.is_some() || tags.aft.is_some() {
             // Not kept yet: refused rather than ignored.
             return Response::BadFormat;
         }
@@ -323,6 +340,72 @@ impl Engine {
             // Its room is the delete room its put set aside.
             self.journal.push(Record::Delete(id));
         }
+    }
+
+    /// The most urgent ready job of tube `t` that a reserve may take: the
+    /// heap's top unless its `con:` key is at its limit, then the best
+    /// of the others (a scan, as in tuber, only while the top is held back).
+    #[inline]
+    pub(super) fn ready_top(&self, t: u32) -> Option<ByPriority> {
+        let top = self.tubes[t].ready.peek()?;
+        if !self.jobs[top.slot].tagged || !self.con_blocked(top.slot) {
+            return Some(top);
+        }
+        self.tubes[t]
+            .ready
+            .entries()
+            .iter()
+            .filter(|e| !self.jobs[e.slot].tagged || !self.con_blocked(e.slot))
+            .min_by_key(|e| e.key())
+            .copied()
+    }
+
+    /// Whether job `slot`'s `con:` key has as many jobs reserved as its
+    /// limit allows.
+    pub(super) fn con_blocked(&self, slot: u32) -> bool {
+        let Some((key, limit)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) else {
+            return false;
+        };
+        self.ext.con.get(key).is_some_and(|n| n >= limit)
+    }
+
+    /// A tagged job `slot` is reserved: its `con:` key counts it.
+    pub(super) fn con_acquire(&mut self, slot: u32) {
+        if let Some((key, _)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) {
+            *self.ext.con.entry(key.clone()).or_default() += 1;
+        }
+    }
+
+    /// A tagged job `slot` is no longer reserved.
+    pub(super) fn con_release(&mut self, slot: u32) {
+        let Some((key, _)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) else {
+            return;
+        };
+        if let Some(n) = self.ext.con.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.ext.con.remove(key);
+            }
+            self.ext.con_freed = true;
+        }
+    }
+
+    /// After a `con:` reservation ended, serves the waiters of every tube
+    /// with ready jobs (one of them may have been held back).
+    pub(super) fn con_serve_waiters(&mut self) {
+        self.ext.con_freed = false;
+        let tubes: Vec<u32> = self.tubes.list().to_vec();
+        for t in tubes {
+            let tube = &self.tubes[t];
+            if !tube.waiters.is_empty() && !tube.ready.is_empty() {
+                self.serve_waiters(t);
+            }
+        }
+    }
+
+    /// Whether [`Engine::con_serve_waiters`] has work (a cheap test).
+    pub(super) fn con_freed(&self) -> bool {
+        self.ext.con_freed
     }
 
     /// `--max-jobs-size`: puts that would hold more than `bytes` of bodies

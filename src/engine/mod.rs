@@ -202,6 +202,9 @@ impl Engine {
         }
         self.tubes[c.using].using -= 1;
         self.drop_tube_ref(c.using);
+        if self.con_freed() {
+            self.con_serve_waiters();
+        }
     }
 
     /// Runs one command for `conn`.
@@ -253,6 +256,9 @@ impl Engine {
                 }
                 TimerKey::Conn(c) => self.conn_due(c),
             }
+        }
+        if self.con_freed() {
+            self.con_serve_waiters();
         }
     }
 
@@ -459,6 +465,10 @@ impl Engine {
     /// Takes a job out of `conn`'s reservations.
     fn unreserve(&mut self, conn: ConnId, slot: u32) {
         let job = &self.jobs[slot];
+        if job.tagged {
+            self.con_release(slot);
+        }
+        let job = &self.jobs[slot];
         let c = self.conns.get_mut(&conn).expect("known connection");
         c.reserved.remove(&(job.deadline, slot));
         self.tubes[job.tube].reserved -= 1;
@@ -535,6 +545,9 @@ impl Engine {
             .observe(self.now.saturating_sub(job.created));
         self.stats.reserved += 1;
         self.jobs.bump(slot, Counter::Reserves);
+        if self.jobs[slot].tagged {
+            self.con_acquire(slot);
+        }
         self.start_ttr(conn, slot);
         // No record: a stored job comes back ready whatever it was doing,
         // so a reserve changes nothing a restart needs. Its count rides on
@@ -653,7 +666,7 @@ impl Engine {
                 return;
             }
             let (Some(ByPriority { slot, .. }), Some((_, &conn))) =
-                (tube.ready.peek(), tube.waiters.first_key_value())
+                (self.ready_top(t), tube.waiters.first_key_value())
             else {
                 return;
             };

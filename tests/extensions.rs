@@ -627,3 +627,96 @@ fn con_limits_hold_after_kill_9() {
     a.exchange(b"delete 1\r\n", b"DELETED\r\n");
     b.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nb\r\n");
 }
+
+fn group_stats(pending: u32, buried: u32, waiting: u32) -> Vec<u8> {
+    let doc = format!(
+        "---\nname: \"imp\"\npending: {pending}\nburied: {buried}\ncomplete: {}\nwaiting-jobs: {waiting}\n",
+        pending == 0
+    );
+    format!("OK {}\r\n{doc}\r\n", doc.len()).into_bytes()
+}
+
+#[test]
+fn aft_job_is_held_until_every_job_of_its_group_is_deleted() {
+    if !dialect("aft_job_is_held_until_every_job_of_its_group_is_deleted") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    let mut w = s.connect();
+    c.exchange(b"stats-group imp\r\n", b"NOT_FOUND\r\n");
+    c.exchange(&put("grp:imp", "r1"), b"INSERTED 1\r\n");
+    c.exchange(&put("grp:imp", "r2"), b"INSERTED 2\r\n");
+    c.exchange(&put("aft:imp", "sum"), b"INSERTED 3\r\n");
+    c.exchange(b"stats-group imp\r\n", &group_stats(2, 0, 1));
+    w.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 2\r\nr1\r\n");
+    w.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 2\r\nr2\r\n");
+    w.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    w.exchange(b"reserve-job 3\r\n", b"NOT_FOUND\r\n");
+    w.exchange(b"bury 2 0\r\n", b"BURIED\r\n");
+    w.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    // A buried member still holds the group back.
+    c.exchange(b"stats-group imp\r\n", &group_stats(1, 1, 1));
+    w.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 1\r\n");
+    w.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 2\r\nr2\r\n");
+    let mut waiter = s.connect();
+    waiter.send(b"reserve-with-timeout 5\r\n");
+    waiter.expect_silence(Duration::from_millis(100));
+    c.exchange(b"stats-group imp\r\n", &group_stats(1, 0, 1));
+    // The last member's delete hands the held job to the waiter.
+    w.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    waiter.expect(b"RESERVED 3 3\r\nsum\r\n");
+    c.exchange(b"stats-group imp\r\n", b"NOT_FOUND\r\n");
+}
+
+#[test]
+fn groups_chain_and_an_unknown_group_holds_nothing() {
+    if !dialect("groups_chain_and_an_unknown_group_holds_nothing") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("aft:nobody", "free"), b"INSERTED 1\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 4\r\nfree\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(&put("grp:extract", "e"), b"INSERTED 2\r\n");
+    c.exchange(&put("aft:extract grp:transform", "t"), b"INSERTED 3\r\n");
+    c.exchange(&put("aft:transform", "l"), b"INSERTED 4\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\ne\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\nt\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"delete 3\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\nl\r\n");
+}
+
+/// sprout only (kill -9): a held `aft:` job stays held after a restart
+/// while its group has members, and is released once it has none, also
+/// when the group emptied before the crash.
+#[test]
+fn aft_holds_survive_kill_9() {
+    if !sprout_only("aft_holds_survive_kill_9") {
+        return;
+    }
+    let dir = TempDir::new();
+    let mut s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(&put("grp:g", "m1"), b"INSERTED 1\r\n");
+    c.exchange(&put("grp:g", "m2"), b"INSERTED 2\r\n");
+    c.exchange(&put("aft:g", "a"), b"INSERTED 3\r\n");
+    c.exchange(&put("grp:h", "m3"), b"INSERTED 4\r\n");
+    c.exchange(&put("aft:h", "b"), b"INSERTED 5\r\n");
+    c.exchange(b"delete 4\r\n", b"DELETED\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    s.kill9();
+    let s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    // Job 5's group emptied before the crash; job 3's still has job 2.
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 2\r\nm2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 5 1\r\nb\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"delete 2\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\na\r\n");
+}

@@ -70,8 +70,7 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
         Command::DeleteBatch(ids) => batch::delete_batch(e, conn, &ids),
         Command::FlushTube(tube) => return batch::flush_tube(e, conn, tube),
         Command::PeekReserved => batch::peek_reserved(e, conn),
-        // Groups are not kept yet: no group exists.
-        Command::StatsGroup(_) => Response::NotFound,
+        Command::StatsGroup(name) => e.stats_group(&name),
     };
     Outcome::Reply(reply)
 }
@@ -130,12 +129,17 @@ impl Engine {
         }
         let job = Job::new(id, pri, seconds(ttr).max(1), seconds(delay), t, self.now);
         let slot = self.jobs.insert(job, &body);
-        if let Some(tags) = tags {
-            self.attach(slot, tags);
-        }
+        let held = match tags {
+            None => false,
+            Some(tags) => self.attach(slot, tags),
+        };
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
-        self.enqueue(slot, micros(delay));
+        if held && delay.is_zero() {
+            self.hold(slot);
+        } else {
+            self.enqueue(slot, micros(delay));
+        }
         self.record_put(slot);
         Response::Inserted(id)
     }
@@ -225,7 +229,7 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
 fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
-            if e.jobs[slot].tagged && e.con_blocked(slot) {
+            if e.jobs[slot].tagged && (e.con_blocked(slot) || e.is_held(slot)) {
                 return Response::NotFound;
             }
             e.take_out(slot);
@@ -392,6 +396,10 @@ impl Engine {
                 tube.delayed.peek().map(|e| e.slot)
             };
             let Some(slot) = next else { break };
+            // Held `aft:` jobs come last in the delay order: not kicked.
+            if !from_buried && self.is_held(slot) {
+                break;
+            }
             if !self.room_to_update(slot) {
                 break;
             }

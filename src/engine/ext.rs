@@ -1,8 +1,6 @@
-//! tuber's `put` tags, as far as sprout speaks them: `idp:<key>[:<ttl>]`,
-//! the idempotent put, and `con:<key>[:<n>]`, concurrency keys. (`grp:`
-//! and `aft:` are read and stored, but not kept yet: a put with them is
-//! answered `BAD_FORMAT`, its body read, rather than queued with a promise
-//! sprout would not keep.)
+//! tuber's `put` tags: `idp:<key>[:<ttl>]` (idempotent puts),
+//! `con:<key>[:<n>]` (concurrency keys), `grp:<name>` and `aft:<name>`
+//! (groups: fan-out, fan-in).
 //!
 //! A tagged job is an ordinary job with its `tagged` flag set and its
 //! [`Tags`] kept here by slot, so an untagged job costs nothing more: the
@@ -28,6 +26,19 @@
 //! the waiters of every tube with ready jobs are served again. Nothing of
 //! it is journaled but the tag: a restart brings every job back ready, so
 //! every key starts with nothing reserved.
+//!
+//! # Groups
+//!
+//! A `grp:G` job is a member of G until it is deleted (a buried member
+//! still counts). A `put … aft:G` without a delay, while G has members, is
+//! held: a delayed job due never ([`HELD`]), so it keeps its tube alive,
+//! `kick` stops before it (`kick-job` releases it early) and
+//! `reserve-job` answers NOT_FOUND for it. The delete of G's last member
+//! makes G's held jobs ready (and serves waiters). Group names are global;
+//! nothing detects cycles (as in tuber). Only the tags are journaled: a
+//! held job's record says `Delayed(HELD)`, and a restart counts the
+//! members back from their jobs, keeps the held jobs whose group still has
+//! some, and releases the others at its first tick, once every job is back.
 //!
 //! # Durability
 //!
@@ -94,11 +105,29 @@ pub(super) struct Ext {
     /// A reservation of a `con:` job ended: waiters may now get a job
     /// that was held back (`Engine::tick` serves them).
     con_freed: bool,
+    /// By name: the groups of `grp:` and `aft:`.
+    groups: FxHashMap<TagName, Group>,
+    /// A restart restored held `aft:` jobs: release those whose group is
+    /// complete (`Engine::tick`, once every job is back).
+    groups_restored: bool,
     /// `--max-jobs-size`: the most body bytes held at once.
     budget: Option<u64>,
     /// Puts refused for it.
     over_budget: u64,
 }
+
+/// A group: its live members, and the `aft:` jobs held until it has none.
+#[derive(Default)]
+struct Group {
+    members: rustc_hash::FxHashSet<u32>,
+    /// `(slot, id)`: a held job may have left meanwhile (deleted, kicked).
+    waiting: Vec<(u32, JobId)>,
+}
+
+/// An `aft:` job is held as a delayed job due never: it keeps its tube
+/// alive and leaves by every way a delayed job does, last in its tube's
+/// delay order (`kick` stops before it).
+pub(super) const HELD: Time = Time::MAX;
 
 /// Who holds an `idp:` key.
 #[derive(Clone, Copy, Debug)]
@@ -121,10 +150,6 @@ impl Engine {
         body: bytes::Bytes,
         tags: Box<Tags>,
     ) -> Response {
-        if tags.grp.is_some() || tags.aft.is_some() {
-            // Not kept yet: refused rather than ignored.
-            return Response::BadFormat;
-        }
         if !self.draining {
             if let Some((key, _)) = &tags.idp {
                 if let Some(reply) = self.deduplicate(t, key, pri) {
@@ -182,11 +207,23 @@ impl Engine {
         }
     }
 
-    /// The new job `slot` carries `tags`: it holds their key.
-    pub(super) fn attach(&mut self, slot: u32, tags: Box<Tags>) {
+    /// The new job `slot` carries `tags`: it holds their key, joins its
+    /// group. Returns whether an `aft:` group holds it back (its group has
+    /// members).
+    pub(super) fn attach(&mut self, slot: u32, tags: Box<Tags>) -> bool {
         let job = &mut self.jobs[slot];
         job.tagged = true;
         let id = job.id;
+        if let Some(group) = &tags.grp {
+            let g = self.ext.groups.entry(group.clone()).or_default();
+            g.members.insert(slot);
+        }
+        let held = tags.aft.as_ref().is_some_and(|group| {
+            self.ext
+                .groups
+                .get(group)
+                .is_some_and(|g| !g.members.is_empty())
+        });
         if let Some((key, _)) = &tags.idp {
             let name = self.tubes[job.tube].name.clone();
             let keys = self.ext.keys.entry(name).or_default();
@@ -195,6 +232,115 @@ impl Engine {
             keys.insert(key.clone(), Key::Live(id));
         }
         self.ext.tags.insert(slot, tags);
+        held
+    }
+
+    /// Holds the new job `slot` until its `aft:` group has no members.
+    pub(super) fn hold(&mut self, slot: u32) {
+        let group = self.ext.tags[&slot].aft.clone().expect("an aft: job");
+        let id = self.jobs[slot].id;
+        let g = self.ext.groups.entry(group).or_default();
+        g.waiting.push((slot, id));
+        self.make_delayed(slot, HELD);
+    }
+
+    /// Whether job `slot` is an `aft:` job still held.
+    pub(super) fn is_held(&self, slot: u32) -> bool {
+        let job = &self.jobs[slot];
+        job.tagged && job.state() == State::Delayed && job.deadline == HELD
+    }
+
+    /// Job `slot` leaves its group (deleted): if that was the last member,
+    /// the group's held jobs become ready.
+    fn leave_group(&mut self, slot: u32, tags: &Tags) {
+        if let Some(name) = &tags.grp {
+            let Some(g) = self.ext.groups.get_mut(name) else {
+                return;
+            };
+            g.members.remove(&slot);
+            if g.members.is_empty() {
+                let waiting = std::mem::take(&mut g.waiting);
+                self.ext.groups.remove(name);
+                for (slot, id) in waiting {
+                    let still = self.jobs.find(id) == Some(slot) && self.is_held(slot);
+                    if still {
+                        self.take_out(slot);
+                        self.make_ready(slot);
+                    }
+                }
+            }
+        }
+        if let Some(name) = &tags.aft {
+            if let Some(g) = self.ext.groups.get_mut(name) {
+                g.waiting.retain(|&(s, _)| s != slot);
+                if g.members.is_empty() && g.waiting.is_empty() {
+                    self.ext.groups.remove(name);
+                }
+            }
+        }
+    }
+
+    /// After a restart: the restored held jobs whose group has no member
+    /// left become ready (in the order they were held).
+    pub(super) fn release_restored(&mut self) {
+        self.ext.groups_restored = false;
+        let empty: Vec<TagName> = self
+            .ext
+            .groups
+            .iter()
+            .filter(|(_, g)| g.members.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in empty {
+            let g = self.ext.groups.remove(&name).expect("listed");
+            for (slot, id) in g.waiting {
+                if self.jobs.find(id) == Some(slot) && self.is_held(slot) {
+                    self.take_out(slot);
+                    self.make_ready(slot);
+                }
+            }
+        }
+    }
+
+    /// A restored job held by its `aft:` group (`Stored::Delayed(HELD)`):
+    /// counted as waiting; released at the first tick if its group is
+    /// empty by then.
+    pub(super) fn restored_held(&mut self, slot: u32) {
+        let Some(group) = self.ext.tags.get(&slot).and_then(|t| t.aft.clone()) else {
+            return;
+        };
+        let id = self.jobs[slot].id;
+        let g = self.ext.groups.entry(group).or_default();
+        g.waiting.push((slot, id));
+        self.ext.groups_restored = true;
+    }
+
+    /// Whether [`Engine::release_restored`] has work.
+    pub(super) fn groups_restored(&self) -> bool {
+        self.ext.groups_restored
+    }
+
+    /// `stats-group <name>`: tuber's document. Reads only.
+    pub(super) fn stats_group(&self, name: &str) -> Response {
+        let Some(g) = self.ext.groups.get(name) else {
+            return Response::NotFound;
+        };
+        let buried = g
+            .members
+            .iter()
+            .filter(|&&slot| self.jobs[slot].state() == State::Buried)
+            .count();
+        let waiting = g
+            .waiting
+            .iter()
+            .filter(|&&(slot, id)| self.jobs.find(id) == Some(slot) && self.is_held(slot))
+            .count();
+        let doc = format!(
+            "---\nname: \"{name}\"\npending: {}\nburied: {buried}\ncomplete: {}\nwaiting-jobs: {waiting}\n",
+            g.members.len(),
+            g.members.is_empty(),
+        );
+        Response::Ok(doc.into())
     }
 
     /// The records' extras of job `slot` (`None` for an untagged job).
@@ -244,6 +390,9 @@ impl Engine {
         };
         let job = &self.jobs[slot];
         let (id, name) = (job.id, self.tubes[job.tube].name.clone());
+        if tags.grp.is_some() || tags.aft.is_some() {
+            self.leave_group(slot, &tags);
+        }
         let Some((key, ttl)) = &tags.idp else {
             return false;
         };
@@ -283,6 +432,9 @@ impl Engine {
         let Some(tags) = self.ext.tags.remove(&slot) else {
             return;
         };
+        if tags.grp.is_some() || tags.aft.is_some() {
+            self.leave_group(slot, &tags);
+        }
         if let Some((key, _)) = &tags.idp {
             let name = &self.tubes[self.jobs[slot].tube].name;
             if let Some(keys) = self.ext.keys.get_mut(name) {

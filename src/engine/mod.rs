@@ -247,6 +247,9 @@ impl Engine {
         if self.cooling() {
             self.expire_cooling();
         }
+        if self.groups_restored() {
+            self.release_restored();
+        }
         while let Some(key) = self.timers.pop_due(self.now) {
             match key {
                 TimerKey::Delayed(t) => self.delay_ended(t),
@@ -309,6 +312,9 @@ impl Engine {
         self.jobs.set_counts(slot, image.counts());
         if let Some(extras) = &image.ext {
             self.attach(slot, Box::new(extras.tags.clone()));
+            if image.state == Stored::Delayed(ext::HELD) {
+                self.restored_held(slot);
+            }
         }
         match image.state {
             Stored::Ready | Stored::Reserved => self.make_ready(slot),

@@ -31,6 +31,8 @@ mod commands;
 mod conn;
 mod counts;
 mod ext;
+#[cfg(test)]
+mod ext_tests;
 mod heap;
 mod histogram;
 mod host;

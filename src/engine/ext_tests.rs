@@ -1,0 +1,135 @@
+//! The tags' unit tests (`ext.rs`), with explicit clocks: what each tag
+//! does to the engine and to its journal.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use sprout_protocol::{Command as C, DupState, JobId, Response as R, Tags};
+
+use super::tests::engine_with;
+use super::{ConnId, Engine, Outcome, Record, Stored, Time};
+
+const S: Time = 1_000_000;
+
+fn tags(idp: Option<(&str, u32)>, con: Option<(&str, u32)>) -> Tags {
+    Tags {
+        idp: idp.map(|(k, ttl)| (k.into(), ttl)),
+        con: con.map(|(k, n)| (k.into(), n)),
+        ..Tags::default()
+    }
+}
+
+fn put(e: &mut Engine, c: ConnId, t: Option<Tags>, now: Time) -> R {
+    let cmd = C::Put {
+        pri: 10,
+        delay: Duration::ZERO,
+        ttr: Duration::from_secs(60),
+        body: Bytes::from_static(b"body"),
+        tags: t.map(Box::new),
+    };
+    reply(e, c, cmd, now)
+}
+
+fn reply(e: &mut Engine, c: ConnId, cmd: C, now: Time) -> R {
+    match e.execute(c, cmd, now) {
+        Outcome::Reply(r) => r,
+        other => panic!("expected a reply, got {other:?}"),
+    }
+}
+
+fn dup(id: JobId, state: DupState) -> R {
+    R::InsertedDup {
+        id,
+        state,
+        pri: None,
+    }
+}
+
+#[test]
+fn an_untagged_put_journals_what_it_always_did() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    assert_eq!(put(&mut e, c, None, 0), R::Inserted(1));
+    let [Record::Put(image)] = &e.take_journal()[..] else {
+        panic!("one put record")
+    };
+    assert_eq!(image.ext, None);
+}
+
+#[test]
+fn an_idp_ttl_cools_down_in_the_journal_and_ends_with_a_delete() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    let key = || Some(tags(Some(("k", 10)), None));
+    assert_eq!(put(&mut e, c, key(), 0), R::Inserted(1));
+    let [Record::Put(image)] = &e.take_journal()[..] else {
+        panic!("one put record")
+    };
+    assert_eq!(image.ext.as_ref().unwrap().tags, key().unwrap());
+    assert_eq!(put(&mut e, c, key(), S), dup(1, DupState::Ready));
+    assert!(e.take_journal().is_empty(), "a duplicate writes nothing");
+    assert_eq!(reply(&mut e, c, C::Delete(1), 2 * S), R::Deleted);
+    let [Record::Update(cooling)] = &e.take_journal()[..] else {
+        panic!("a cooling record instead of a delete")
+    };
+    let until = cooling.ext.as_ref().unwrap().cooling_until;
+    assert_eq!(until, Some(12 * S));
+    assert_eq!(put(&mut e, c, key(), 11 * S), dup(1, DupState::Deleted));
+    // Over: the key is free, the cooling record deleted.
+    e.tick(12 * S);
+    assert_eq!(e.take_journal(), [Record::Delete(1)]);
+    assert_eq!(put(&mut e, c, key(), 12 * S), R::Inserted(2));
+
+    // A restart from the cooling record keeps deduplicating.
+    let mut again = engine_with(true);
+    again.restore(cooling);
+    let c = again.connect();
+    assert_eq!(put(&mut again, c, key(), 3 * S), dup(1, DupState::Deleted));
+    assert_eq!(put(&mut again, c, None, 3 * S), R::Inserted(2));
+    again.tick(12 * S);
+    assert_eq!(again.take_journal().last(), Some(&Record::Delete(1)));
+    assert_eq!(put(&mut again, c, key(), 12 * S), R::Inserted(3));
+}
+
+#[test]
+fn a_restored_tagged_job_holds_its_key_again() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    let key = || Some(tags(Some(("k", 0)), None));
+    put(&mut e, c, key(), 0);
+    let [Record::Put(image)] = &e.take_journal()[..] else {
+        panic!("one put record")
+    };
+    let mut again = engine_with(true);
+    again.restore(image);
+    let c = again.connect();
+    assert_eq!(put(&mut again, c, key(), S), dup(1, DupState::Ready));
+    assert_eq!(image.state, Stored::Ready);
+}
+
+#[test]
+fn con_keys_count_reservations_across_tubes() {
+    let mut e = engine_with(false);
+    let (p, a, b) = (e.connect(), e.connect(), e.connect());
+    let con = || Some(tags(None, Some(("k", 2))));
+    for _ in 0..3 {
+        put(&mut e, p, con(), 0);
+    }
+    assert!(matches!(
+        reply(&mut e, a, C::Reserve, 0),
+        R::Reserved { id: 1, .. }
+    ));
+    assert!(matches!(
+        reply(&mut e, b, C::Reserve, 0),
+        R::Reserved { id: 2, .. }
+    ));
+    let wait = e.execute(a, C::ReserveWithTimeout(Duration::from_secs(5)), 0);
+    assert_eq!(wait, Outcome::Wait);
+    // A holder deletes its job: the waiter gets the one held back.
+    assert_eq!(reply(&mut e, b, C::Delete(2), S), R::Deleted);
+    let woken: Vec<(ConnId, R)> = e.take_wakeups().collect();
+    assert!(
+        matches!(&woken[..], [(conn, R::Reserved { id: 3, .. })] if *conn == a),
+        "{woken:?}"
+    );
+}

@@ -85,6 +85,11 @@
 //!   `kick`: `Engine::kick`; `pause-tube`: `Engine::pause` (its end is
 //!   `Engine::tick`'s `Unpause` arm, in `engine/mod.rs`); `stats-tube`:
 //!   `stats_tube`, its document in `engine/stats.rs`.
+//! * tuber's dialect (README "Extensions"): the tags of `put` in
+//!   `engine/ext.rs` (reached through `put_tagged`, and hooks on a job's
+//!   `tagged` flag in `discard`, `make_reserved`, `unreserve`, `restore`),
+//!   the batch commands in `engine/batch.rs`, the tags' bytes in the store
+//!   in `store/extras.rs`.
 //! * The admin API's changes: `engine/admin.rs`; its reads:
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
 //! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`

@@ -673,9 +673,11 @@ impl Engine {
             if tube.is_paused() {
                 return;
             }
-            let (Some(ByPriority { slot, .. }), Some((_, &conn))) =
-                (self.ready_top(t), tube.waiters.first_key_value())
-            else {
+            // Waiters first: with none (most puts), no job is looked at.
+            let Some((_, &conn)) = tube.waiters.first_key_value() else {
+                return;
+            };
+            let Some(ByPriority { slot, .. }) = self.ready_top(t) else {
                 return;
             };
             self.stop_waiting(conn);

@@ -263,3 +263,86 @@ fn codecs_encode_by_value_and_by_reference() {
     client.encode(Command::Quit, &mut buf).unwrap();
     assert_eq!(&buf[..], b"reserve\r\nquit\r\n");
 }
+
+#[test]
+fn tubers_replies_are_written_and_read_back() {
+    use sprout_protocol::DupState;
+    let dup = |state, pri| Response::InsertedDup { id: 7, state, pri };
+    let cases: [(Response, &[u8]); 6] = [
+        (dup(DupState::Ready, None), b"INSERTED 7 READY\r\n"),
+        (
+            dup(DupState::Reserved, Some(5)),
+            b"INSERTED 7 RESERVED 5\r\n",
+        ),
+        (dup(DupState::Deleted, None), b"INSERTED 7 DELETED\r\n"),
+        (
+            Response::DeletedBatch {
+                deleted: 3,
+                not_found: 1,
+            },
+            b"DELETED_BATCH 3 1\r\n",
+        ),
+        (Response::Flushed(1_000_000), b"FLUSHED 1000000\r\n"),
+        (
+            Response::InsertedDup {
+                id: 1,
+                state: DupState::Buried,
+                pri: Some(0),
+            },
+            b"INSERTED 1 BURIED 0\r\n",
+        ),
+    ];
+    for (response, bytes) in cases {
+        assert_eq!(&response_bytes(&response)[..], bytes, "{response:?}");
+        let mut codec = ClientCodec::new();
+        let mut buf = BytesMut::from(bytes);
+        assert_eq!(codec.decode(&mut buf).unwrap(), Some(response));
+    }
+    let batch = Response::ReservedBatch(vec![(1, "a".into()), (2, Bytes::new())]);
+    assert_eq!(
+        &response_bytes(&batch)[..],
+        b"RESERVED_BATCH 2\r\nRESERVED 1 1\r\na\r\nRESERVED 2 0\r\n\r\n"
+    );
+    let mut codec = ClientCodec::new();
+    for bad in [
+        &b"INSERTED 7 SLEEPING\r\n"[..],
+        b"INSERTED 7 READY x\r\n",
+        b"INSERTED 7 READY 1 2\r\n",
+    ] {
+        assert!(
+            codec.decode(&mut BytesMut::from(bad)).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+#[test]
+fn tagged_puts_and_the_batch_commands_are_written_byte_for_byte() {
+    use sprout_protocol::Tags;
+    let tags = Tags {
+        idp: Some(("k".into(), 0)),
+        grp: Some("g".into()),
+        aft: Some("f".into()),
+        con: Some(("c".into(), 2)),
+    };
+    let put = Command::Put {
+        pri: 1,
+        delay: Duration::ZERO,
+        ttr: Duration::from_secs(60),
+        body: "abc".into(),
+        tags: Some(Box::new(tags)),
+    };
+    let cases: [(Command, &[u8]); 5] = [
+        (put, b"put 1 0 60 3 idp:k:0 grp:g aft:f con:c:2\r\nabc\r\n"),
+        (Command::ReserveBatch(5), b"reserve-batch 5\r\n"),
+        (Command::DeleteBatch(vec![1, 2]), b"delete-batch 1 2\r\n"),
+        (Command::FlushTube(tube("t")), b"flush-tube t\r\n"),
+        (Command::StatsGroup("g".into()), b"stats-group g\r\n"),
+    ];
+    for (command, bytes) in cases {
+        let mut dst = BytesMut::new();
+        sprout_protocol::encode::encode_command(&command, &mut dst);
+        assert_eq!(&dst[..], bytes, "{command:?}");
+    }
+}

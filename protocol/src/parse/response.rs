@@ -13,7 +13,7 @@ use nom::sequence::separated_pair;
 
 use super::number::{digits, whole};
 use crate::encode::fixed_word;
-use crate::{JobId, Response, TubeName};
+use crate::{DupState, JobId, Response, TubeName};
 
 /// Every reply that is one fixed word.
 const FIXED: [Response; 17] = [
@@ -94,7 +94,18 @@ pub fn parse_response_line(line: &[u8]) -> Result<ResponseHead, MalformedRespons
         })
     };
     let head = match word {
-        b"INSERTED" => whole(args, digits).map(Response::Inserted),
+        b"INSERTED" => whole(args, digits)
+            .map(Response::Inserted)
+            .or_else(|| inserted_dup(args)),
+        b"DELETED_BATCH" => whole(args, separated_pair(digits, char(' '), digits)).and_then(
+            |(deleted, not_found)| {
+                Some(Response::DeletedBatch {
+                    deleted: u32::try_from(deleted).ok()?,
+                    not_found: u32::try_from(not_found).ok()?,
+                })
+            },
+        ),
+        b"FLUSHED" => whole(args, digits).map(Response::Flushed),
         b"BURIED" => whole(args, digits).map(Response::BuriedId),
         b"WATCHING" => count(args).map(Response::Watching),
         b"KICKED" => count(args).map(Response::KickedCount),
@@ -111,6 +122,30 @@ pub fn parse_response_line(line: &[u8]) -> Result<ResponseHead, MalformedRespons
         _ => None,
     };
     head.map(ResponseHead::Line).ok_or(MalformedResponse)
+}
+
+/// `<id> <STATE>[ <pri>]`: a deduplicated put (tuber's dialect).
+/// (`RESERVED_BATCH`, whose jobs follow as replies of their own, is not
+/// read here.)
+fn inserted_dup(args: &[u8]) -> Option<Response> {
+    let mut words = args.split(|&b| b == b' ');
+    let id = whole(words.next()?, digits)?;
+    let state = match words.next()? {
+        b"READY" => DupState::Ready,
+        b"RESERVED" => DupState::Reserved,
+        b"DELAYED" => DupState::Delayed,
+        b"BURIED" => DupState::Buried,
+        b"DELETED" => DupState::Deleted,
+        _ => return None,
+    };
+    let pri = match words.next() {
+        None => None,
+        Some(pri) => Some(u32::try_from(whole(pri, digits)?).ok()?),
+    };
+    words
+        .next()
+        .is_none()
+        .then_some(Response::InsertedDup { id, state, pri })
 }
 
 /// The whole of `args` as a `u32`.

@@ -66,6 +66,7 @@ impl Fixture {
             binlog_max_size: 10_485_760,
             journal: false,
             binlog: Default::default(),
+            jobs_budget: None,
         };
         let mut engine = Engine::new(config, T0);
         let conn = engine.connect();

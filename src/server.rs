@@ -184,7 +184,6 @@ impl Server {
         let binlog = Arc::new(BinlogStats::default());
         let config = engine_config(args, binlog.clone());
         let mut engine = Engine::new(config, clock.now());
-        engine.set_jobs_budget(args.max_jobs_size);
         let store: Box<dyn Store> = match &args.binlog_dir {
             None => Box::new(Memory::new()),
             Some(dir) => {
@@ -345,6 +344,7 @@ fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> Config {
         binlog_max_size: args.binlog_size,
         journal: args.binlog_dir.is_some(),
         binlog,
+        jobs_budget: args.max_jobs_size,
     }
 }
 

@@ -110,9 +110,7 @@ pub(super) struct Ext {
     /// A restart restored held `aft:` jobs: release those whose group is
     /// complete (`Engine::tick`, once every job is back).
     groups_restored: bool,
-    /// `--max-jobs-size`: the most body bytes held at once.
-    budget: Option<u64>,
-    /// Puts refused for it.
+    /// Puts refused for `--max-jobs-size` (`Config::jobs_budget`).
     over_budget: u64,
 }
 
@@ -560,17 +558,11 @@ impl Engine {
         self.ext.con_freed
     }
 
-    /// `--max-jobs-size`: puts that would hold more than `bytes` of bodies
-    /// in all answer OUT_OF_MEMORY.
-    pub fn set_jobs_budget(&mut self, bytes: Option<u64>) {
-        self.ext.budget = bytes;
-    }
-
     /// Whether a new body of `len` bytes is over the budget (and counts
     /// the refusal).
     #[inline]
     pub(super) fn over_budget(&mut self, len: usize) -> bool {
-        let Some(max) = self.ext.budget else {
+        let Some(max) = self.config.jobs_budget else {
             return false;
         };
         let over = self.jobs.bodies_size() + len as u64 > max;
@@ -580,7 +572,7 @@ impl Engine {
 
     /// The `stats` lines of the budget, when there is one.
     pub(super) fn budget_stats(&self, out: &mut Vec<u8>) {
-        if let Some(max) = self.ext.budget {
+        if let Some(max) = self.config.jobs_budget {
             let lines = format!(
                 "current-jobs-size: {}\nmax-jobs-size: {max}\ntotal-puts-over-budget: {}\n",
                 self.jobs.bodies_size(),

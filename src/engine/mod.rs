@@ -79,6 +79,9 @@ pub struct Config {
     pub journal: bool,
     /// The store's counters, for the `binlog-*` keys of `stats`.
     pub binlog: std::sync::Arc<BinlogStats>,
+    /// `--max-jobs-size`: puts that would hold more than this many bytes of
+    /// bodies in all answer OUT_OF_MEMORY.
+    pub jobs_budget: Option<u64>,
 }
 
 /// What a command does to the connection that sent it.

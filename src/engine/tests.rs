@@ -26,6 +26,7 @@ pub(super) fn engine_with(journal: bool) -> Engine {
             binlog_max_size: 10_485_760,
             journal,
             binlog: Default::default(),
+            jobs_budget: None,
         },
         0,
     )
@@ -1147,6 +1148,7 @@ fn stats_document() {
             binlog_max_size: 5678,
             journal: false,
             binlog: Default::default(),
+            jobs_budget: None,
         },
         7 * S,
     );

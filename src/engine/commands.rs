@@ -135,12 +135,22 @@ impl Engine {
         };
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
-        if held && delay.is_zero() {
-            self.hold(slot);
-        } else {
-            self.enqueue(slot, micros(delay));
+        // A ready job is recorded before a waiter may take it: in cluster
+        // mode that reserve is recorded too, and must come after the put.
+        match micros(delay) {
+            0 if held => {
+                self.hold(slot);
+                self.record_put(slot);
+            }
+            0 => {
+                self.record_put(slot);
+                self.make_ready(slot);
+            }
+            delay => {
+                self.make_delayed(slot, self.now.saturating_add(delay));
+                self.record_put(slot);
+            }
         }
-        self.record_put(slot);
         Response::Inserted(id)
     }
 }
@@ -188,7 +198,7 @@ fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
 /// its safety margin and no watched tube has a ready job; the job's TTR
 /// timer; a wait is ended by `serve_waiters` (a job becomes ready, a pause
 /// ends), by `Engine::tick` (the timeout, the margin) or by a disconnect.
-/// Writes no record (see `make_reserved`).
+/// Writes no record but in cluster mode (see `make_reserved`).
 fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
     e.set_worker(conn);
     let c = &e.conns[&conn];
@@ -225,7 +235,8 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
 
 /// `reserve-job <id>`: that job, from whatever queue holds it (paused or
 /// not), unless someone holds it.
-/// Also: marks `conn` a worker; the job's TTR timer; no record.
+/// Also: marks `conn` a worker; the job's TTR timer; no record but in
+/// cluster mode.
 fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
@@ -311,13 +322,15 @@ fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
 }
 
 /// `touch <id>`: a job `conn` holds gets its whole TTR again.
-/// Also: re-arms `conn`'s timer (TTR, DEADLINE_SOON margin); no record.
+/// Also: re-arms `conn`'s timer (TTR, DEADLINE_SOON margin); no record but
+/// in cluster mode (the new deadline, for a new leader).
 fn touch(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.owned(conn, id) {
         Some(slot) => {
             let deadline = e.jobs[slot].deadline;
             e.conn_mut(conn).reserved.remove(&(deadline, slot));
             e.start_ttr(conn, slot);
+            e.record_for_cluster(slot);
             Response::Touched
         }
         None => Response::NotFound,

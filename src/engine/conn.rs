@@ -42,6 +42,16 @@ impl Conn {
         }
     }
 
+    /// The holder of reservations taken over from another node (the
+    /// engine's `DEPARTED`): it uses the default tube without counting in
+    /// it, watches nothing, and never disconnects.
+    pub(super) fn departed() -> Conn {
+        Conn {
+            watch: Vec::new(),
+            ..Conn::new()
+        }
+    }
+
     /// The reserved job whose TTR runs out first.
     pub(super) fn soonest(&self) -> Option<(Time, u32)> {
         self.reserved.first().copied()

@@ -9,7 +9,9 @@
 //! do reserve and touch, nor does a disconnect returning jobs to ready (a
 //! stored job comes back ready unless it was delayed or buried). So a
 //! crash may take back the `reserves` counted since the job's last record,
-//! as beanstalkd's binlog does.
+//! as beanstalkd's binlog does. Cluster mode is the exception: there a new
+//! leader takes reservations over, so reserve, touch and a disconnect are
+//! recorded too (`Engine::set_cluster`).
 
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
@@ -23,9 +25,10 @@ use super::Time;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
     Ready,
-    /// Comes back ready after a restart (a put handed straight to a
-    /// waiting `reserve` is first recorded so).
-    Reserved,
+    /// Reserved until this [`Time`] (its TTR deadline, absolute). Comes
+    /// back ready after a restart; in cluster mode a new leader holds it
+    /// until then (`Engine::restore`).
+    Reserved(Time),
     /// Ready at this [`Time`] (absolute: downtime counts).
     Delayed(Time),
     /// Buried; `seq` orders buried jobs (oldest first).
@@ -68,7 +71,7 @@ impl JobImage {
     pub(super) fn of(job: &Job, counts: Counts, body: Bytes, tube: &TubeName) -> JobImage {
         let state = match job.state() {
             State::Ready => Stored::Ready,
-            State::Reserved => Stored::Reserved,
+            State::Reserved => Stored::Reserved(job.deadline),
             State::Delayed => Stored::Delayed(job.deadline),
             State::Buried => Stored::Buried(job.deadline),
         };

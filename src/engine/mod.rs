@@ -68,6 +68,12 @@ use tube::Tubes;
 /// A connection, as the engine knows it.
 pub type ConnId = u64;
 
+/// The holder of jobs reserved on another node, whose connection died with
+/// it (cluster mode): nobody can delete, release, bury or touch them, and
+/// each times out (back to ready, `timeouts` one more) when its TTR runs
+/// out. Never a client's id (those start at 1).
+const DEPARTED: ConnId = 0;
+
 /// Facts about the server that `stats` reports but the engine does not own.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -161,7 +167,10 @@ impl Engine {
         }
     }
 
-    /// What `stats` says of this node's cluster (`src/cluster/`).
+    /// What `stats` says of this node's cluster (`src/cluster/`). From then
+    /// on the engine is in cluster mode: a new leader takes reservations
+    /// over, so reserves, touches and the jobs a closed connection gives
+    /// back are recorded too (see [`Engine::restore`]).
     pub fn set_cluster(&mut self, cluster: ClusterStats) {
         self.cluster = Some(cluster);
     }
@@ -191,6 +200,7 @@ impl Engine {
         while let Some((_, slot)) = self.conns[&conn].soonest() {
             self.unreserve(conn, slot);
             self.make_ready(slot);
+            self.record_for_cluster(slot);
         }
         self.ext_clear_flushing(conn);
         let mut c = self.conns.remove(&conn).expect("known connection");
@@ -307,6 +317,11 @@ impl Engine {
     /// reserved job comes back ready, a delayed job whose moment passed
     /// while the server was down comes back ready. Call in bury order for
     /// buried jobs; ids issued later are above every restored one.
+    ///
+    /// In cluster mode (a standby following its leader) a reserved job is
+    /// held by [`DEPARTED`] until its stored deadline instead, then times
+    /// out as any reservation does (`conn_due`): its worker's connection
+    /// was to the old leader, and is gone with it.
     pub fn restore(&mut self, image: &JobImage) {
         self.next_job_id = self.next_job_id.max(image.id + 1);
         if image.ext.is_some() && self.restore_cooling(image) {
@@ -322,7 +337,8 @@ impl Engine {
             }
         }
         match image.state {
-            Stored::Ready | Stored::Reserved => self.make_ready(slot),
+            Stored::Reserved(until) if self.cluster.is_some() => self.hold_departed(slot, until),
+            Stored::Ready | Stored::Reserved(_) => self.make_ready(slot),
             Stored::Delayed(until) if until > self.now => self.make_delayed(slot, until),
             Stored::Delayed(_) => self.make_ready(slot),
             Stored::Buried(seq) => {
@@ -540,6 +556,18 @@ impl Engine {
         self.stats.buried += 1;
     }
 
+    /// Holds a restored job reserved for [`DEPARTED`] until `until`.
+    fn hold_departed(&mut self, slot: u32, until: Time) {
+        let job = &mut self.jobs[slot];
+        job.set_state(State::Reserved);
+        job.deadline = until;
+        self.tubes[job.tube].reserved += 1;
+        self.stats.reserved += 1;
+        let departed = self.conns.entry(DEPARTED).or_insert_with(Conn::departed);
+        departed.reserved.insert((until, slot));
+        self.arm_conn(DEPARTED);
+    }
+
     fn make_reserved(&mut self, conn: ConnId, slot: u32) {
         let job = &mut self.jobs[slot];
         let ready_since = (job.state() == State::Ready).then_some(job.deadline);
@@ -560,11 +588,22 @@ impl Engine {
             self.con_acquire(slot);
         }
         self.start_ttr(conn, slot);
-        // No record: a stored job comes back ready whatever it was doing,
-        // so a reserve changes nothing a restart needs. Its count rides on
-        // the job's next record (release, bury, timeout), as in beanstalkd,
-        // whose binlog is not written on reserve either. A record here
-        // would rewrite the job, body and all, once per delivery.
+        // No record but in cluster mode: a stored job comes back ready
+        // whatever it was doing, so a reserve changes nothing a restart
+        // needs. Its count rides on the job's next record (release, bury,
+        // timeout), as in beanstalkd, whose binlog is not written on
+        // reserve either. A record rewrites the job, body and all, once
+        // per delivery: only a new leader needs it.
+        self.record_for_cluster(slot);
+    }
+
+    /// Journals job `slot`'s new state if only a new leader needs it (a
+    /// reserve, a touch, a job a closed connection gave back): in cluster
+    /// mode (see [`Engine::set_cluster`]), and if there is room.
+    fn record_for_cluster(&mut self, slot: u32) {
+        if self.cluster.is_some() && self.room_to_update(slot) {
+            self.record_update(slot);
+        }
     }
 
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).

@@ -70,7 +70,7 @@ fn encode_fields(tag: u8, image: &JobImage, out: &mut Vec<u8>) {
     let name = image.tube.as_bytes();
     let (state_tag, value) = match image.state {
         Stored::Ready => (0u8, 0),
-        Stored::Reserved => (1, 0),
+        Stored::Reserved(until) => (1, until),
         Stored::Delayed(at) => (2, at),
         Stored::Buried(seq) => (3, seq),
     };
@@ -163,7 +163,7 @@ fn decode_fields(
     let value = r.u64()?;
     let state = match tag & !extras::TAGGED {
         0 => Stored::Ready,
-        1 => Stored::Reserved,
+        1 => Stored::Reserved(value),
         2 => Stored::Delayed(value),
         3 => Stored::Buried(value),
         _ => return Err(Corrupt("an unknown job state")),
@@ -268,7 +268,7 @@ mod tests {
     fn every_state_round_trips() {
         for state in [
             Stored::Ready,
-            Stored::Reserved,
+            Stored::Reserved(654_321),
             Stored::Delayed(123_456),
             Stored::Buried(9),
         ] {

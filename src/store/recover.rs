@@ -560,7 +560,7 @@ mod tests {
             image(3, Stored::Buried(7)),
             image(5, Stored::Delayed(1)),
             image(4, Stored::Buried(2)),
-            image(1, Stored::Reserved),
+            image(1, Stored::Reserved(0)),
         ];
         let order: Vec<JobId> = restore_order(jobs).iter().map(|j| j.id).collect();
         assert_eq!(order, [1, 5, 9, 4, 3]);

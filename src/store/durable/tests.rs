@@ -27,7 +27,7 @@ impl Rng {
 fn image(id: u64, rng: &mut Rng) -> JobImage {
     let state = match rng.below(4) {
         0 => Stored::Ready,
-        1 => Stored::Reserved,
+        1 => Stored::Reserved(rng.below(1 << 40)),
         2 => Stored::Delayed(rng.below(1 << 40)),
         _ => Stored::Buried(rng.below(1000)),
     };

@@ -11,6 +11,11 @@
 //! The engine replica gets every image and delete ([`Change`]); the page
 //! contents stay here too, since a leader cleans the log by copying the
 //! live images out of its oldest pages.
+//!
+//! A reserved job's image carries its TTR deadline (the leader records
+//! every reserve and touch in cluster mode), and the replica holds the job
+//! until then ([`carry`]), so a job reserved on a leader that dies is not
+//! handed out again before its TTR has run out.
 
 use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -19,7 +24,7 @@ use sprout_protocol::JobId;
 
 use super::meta::Meta;
 use super::subjects::Subject;
-use crate::engine::JobImage;
+use crate::engine::{JobImage, Stored, Time};
 use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Packed, Slot};
 
 /// What the engine replica must do for a message.
@@ -28,6 +33,26 @@ pub enum Change {
     /// The job's latest state (a new job or a changed one).
     Job(JobImage),
     Deleted(JobId),
+}
+
+/// A reservation as a standby takes it over at `now` (its clock): held
+/// until the leader's absolute deadline, but never for more than one TTR
+/// from `now`.
+///
+/// The deadline is the leader's wall clock, as a delayed job's is, so the
+/// nodes' clocks must agree (NTP) for it to mean the same moment here.
+/// The cap bounds what a disagreement can do: a standby whose clock is
+/// behind would otherwise hold the job for the skew on top of its TTR
+/// (and one far behind, for ever); with the cap it holds it for at most a
+/// TTR after the record arrived, i.e. about the leader's deadline plus the
+/// replication lag. A standby whose clock is ahead gives the job back
+/// early by the skew; its worker's connection is gone with the old leader
+/// anyway, so nothing but the TTR expiry can end the reservation.
+pub fn carry(image: &mut JobImage, now: Time) {
+    if let Stored::Reserved(until) = image.state {
+        let longest = now.saturating_add(u64::from(image.ttr) * 1_000_000);
+        image.state = Stored::Reserved(until.min(longest));
+    }
 }
 
 #[derive(Default)]
@@ -134,6 +159,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_carried_reservation_lasts_at_most_a_ttr_from_its_arrival() {
+        const S: Time = 1_000_000;
+        let mut image = test_image(1, 0);
+        image.ttr = 5;
+        for (until, now, held) in [
+            // Clocks agree: the leader's deadline.
+            (105 * S, 101 * S, 105 * S),
+            // This clock behind by 1000 s: a TTR from now, not 1005 s.
+            (1105 * S, 101 * S, 106 * S),
+            // Ahead: the leader's deadline, already passed here.
+            (105 * S, 200 * S, 105 * S),
+        ] {
+            image.state = Stored::Reserved(until);
+            carry(&mut image, now);
+            assert_eq!(image.state, Stored::Reserved(held));
+        }
+        image.state = Stored::Delayed(7);
+        carry(&mut image, 0);
+        assert_eq!(image.state, Stored::Delayed(7));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{watch, Notify};
 
-use super::follow::{Change, Pages};
+use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::meta::Meta;
 use super::publish;
@@ -270,10 +270,15 @@ impl Follower {
         let was = self.pages.meta.addr.clone();
         self.pages.apply(seq, subject, payload, &mut self.changes)?;
         if !self.changes.is_empty() {
+            let now = self.shared.clock.now();
             let mut state = self.shared.lock();
+            // The replica's clock may have stood still since its last
+            // timer: restored deadlines are judged against now.
+            state.engine.tick(now);
             for change in self.changes.drain(..) {
                 match change {
-                    Change::Job(image) => {
+                    Change::Job(mut image) => {
+                        follow::carry(&mut image, now);
                         state.engine.forget(image.id);
                         state.engine.restore(&image);
                     }

@@ -13,8 +13,9 @@
 //! By concern: `server.rs` starts and stops the server process, `client.rs`
 //! is the byte-level client, `yaml.rs` reads `stats` documents, `store.rs`
 //! holds what the durability tests add (a store directory that outlives
-//! servers, kill -9, a client that survives them), and `nats.rs` runs a
-//! NATS cluster for the cluster tests. Everything is re-exported here, so
+//! servers, kill -9, a client that survives them), `model.rs` the load and
+//! the check of what survived that the crash and failover tests share, and
+//! `nats.rs` runs a NATS cluster for the cluster tests. Everything is re-exported here, so
 //! a test names `common::X` whatever file `X` lives in.
 
 #![allow(dead_code)]
@@ -25,6 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod client;
+pub mod model;
 pub mod nats;
 mod server;
 mod store;

@@ -1,31 +1,37 @@
 //! Cluster mode end to end: real nats-server 2.15.1 processes (three, on
 //! loopback, `sync_interval: always`) and real sprout binaries.
 //!
-//! - A killed leader is replaced while producers and a consumer keep
-//!   working through every node: each acknowledged put is still there with
-//!   its body unless its delete was acknowledged, no acknowledged delete
-//!   comes back, ids are never handed out twice, and the service is back
-//!   within the bound (the times are printed).
+//! - A killed leader is replaced while producers, consumers and a kicker
+//!   keep working through every node: every acknowledged job is as the
+//!   clients were told, and the service is back within the bound (the
+//!   times are printed).
 //! - A leader frozen (SIGSTOP) until another has taken over is fenced: once
 //!   thawed it stops, and the new leader's acknowledged jobs are all there.
 //! - A whole cluster of sprout nodes killed at once comes back from the
 //!   stream with every acknowledged job.
 //! - The NATS node leading the stream killed under load: replies wait, and
 //!   nothing acknowledged is lost.
+//! - A job reserved on a killed leader stays reserved on the new one until
+//!   its TTR runs out, then times out and is handed out again.
+//!
+//! The load and the check are `common/model.rs`'s, the crash test's: after
+//! each of these, every acknowledged job is checked for its state, priority,
+//! tube, body, counters and buried order, and a job reserved through a
+//! connection that died with its leader must still be reserved.
 //!
 //! "In flight" means sent without an answer when a node died: such a
 //! command may or may not have taken effect, and the checks allow both.
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::model::{self, Carry, Log, Nodes, Res, Shared, TUBES};
 use common::nats::NatsCluster;
-use common::{Addr, FallibleClient, TestServer};
+use common::{Addr, Client, FallibleClient, TestServer};
 
 /// A bound on a takeover, generous for a loaded 2-core machine: the lease
 /// (1 s in these tests) runs out, a standby polls, reads on and claims.
@@ -159,182 +165,75 @@ impl Sprouts {
     }
 }
 
-/// What the clients were told.
-#[derive(Default)]
-struct Told {
-    /// Acknowledged puts: id → body.
-    puts: HashMap<u64, Vec<u8>>,
-    /// Acknowledged deletes.
-    deletes: HashSet<u64>,
-    /// Deletes sent without an answer.
-    deletes_in_flight: HashSet<u64>,
-    /// Every id any reply named.
-    max_id: u64,
-}
-
-/// Producers and a consumer, each reconnecting to the next node when its
-/// node dies.
+/// Producers, consumers and a kicker (`common/model.rs`), each going on
+/// through the next node when its node dies.
 struct Load {
-    stop: Arc<AtomicBool>,
-    told: Arc<Mutex<Told>>,
-    threads: Vec<thread::JoinHandle<()>>,
+    shared: Arc<Shared>,
+    threads: Vec<thread::JoinHandle<Res<()>>>,
 }
 
 impl Load {
-    fn start(ports: &[u16], producers: usize) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let told = Arc::new(Mutex::new(Told::default()));
-        let mut threads = Vec::new();
-        for p in 0..producers {
-            let (stop, told, ports) = (stop.clone(), told.clone(), ports.to_vec());
-            threads.push(thread::spawn(move || produce(p, &ports, &stop, &told)));
-        }
-        let (stop2, told2, ports2) = (stop.clone(), told.clone(), ports.to_vec());
-        threads.push(thread::spawn(move || consume(&ports2, &stop2, &told2)));
-        Load {
-            stop,
-            told,
-            threads,
-        }
-    }
-
-    fn finish(self) -> Told {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            t.join().expect("a load thread panicked");
-        }
-        Arc::try_unwrap(self.told)
-            .ok()
-            .expect("threads joined")
-            .into_inner()
+    fn start(ports: &[u16]) -> Load {
+        let nodes = Nodes::cluster(ports);
+        let shared = Arc::new(Shared::default());
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
             .unwrap()
+            .as_nanos() as u64;
+        eprintln!("load seed {seed}");
+        let mut threads = Vec::new();
+        for w in 0..5u64 {
+            let (nodes, shared, s) = (nodes.clone(), shared.clone(), seed.wrapping_add(w));
+            threads.push(thread::spawn(move || match w {
+                0 | 1 => model::producer(&nodes, &shared, TUBES[w as usize], s),
+                2 | 3 => model::consumer(&nodes, &shared, s),
+                _ => model::kicker(&nodes, &shared, s),
+            }));
+        }
+        Load { shared, threads }
+    }
+
+    /// Stops the workers; what they were told. A worker that failed other
+    /// than by losing its node fails the test.
+    fn finish(self) -> Log {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            if let Err(e) = t.join().expect("a load thread panicked") {
+                panic!("a worker failed: {e}");
+            }
+        }
+        self.shared.take_log()
     }
 }
 
-fn produce(p: usize, ports: &[u16], stop: &AtomicBool, told: &Mutex<Told>) {
-    let mut node = p;
-    let mut k = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut c) = FallibleClient::connect(ports[node % ports.len()], Duration::from_secs(30))
-        else {
-            node += 1;
-            thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        while !stop.load(Ordering::Relaxed) {
-            k += 1;
-            let body = format!("p{p}-{k}-{}", "x".repeat((k % 50) as usize)).into_bytes();
-            let mut put = format!("put {} 0 120 {}\r\n", k % 7, body.len()).into_bytes();
-            put.extend_from_slice(&body);
-            put.extend_from_slice(b"\r\n");
-            let reply = c.send(&put).and_then(|()| c.read_line());
-            match reply.as_deref().map(|l| l.strip_prefix("INSERTED ")) {
-                Ok(Some(id)) => {
-                    let id: u64 = id.parse().expect("an id");
-                    let mut t = told.lock().unwrap();
-                    assert!(
-                        t.puts.insert(id, body).is_none(),
-                        "id {id} handed out twice"
-                    );
-                    t.max_id = t.max_id.max(id);
-                }
-                Ok(None) => panic!("put answered {reply:?}"),
-                Err(_) => break,
-            }
+/// Checks the cluster's leader against what the clients were told
+/// (`model::check`): every acknowledged job with its state, priority,
+/// tube, body and counters, buried order, jobs reserved on a dead leader
+/// still reserved, no acknowledged delete back, ids never reused.
+fn check(sprouts: &Sprouts, log: &Log) {
+    // Asked through any node still running (a leader that stepped down
+    // exited).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let leader = loop {
+        if let Some(l) = sprouts
+            .alive()
+            .into_iter()
+            .find_map(|i| sprouts.leader_via(i))
+        {
+            break l;
         }
-        node += 1;
-    }
-}
-
-fn consume(ports: &[u16], stop: &AtomicBool, told: &Mutex<Told>) {
-    let mut node = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let Ok(mut c) = FallibleClient::connect(ports[node % ports.len()], Duration::from_secs(30))
-        else {
-            node += 1;
-            thread::sleep(Duration::from_millis(20));
-            continue;
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(line) = c.request("reserve-with-timeout 1") else {
-                break;
-            };
-            let Some(rest) = line.strip_prefix("RESERVED ") else {
-                assert_eq!(line, "TIMED_OUT");
-                continue;
-            };
-            let mut words = rest.split(' ');
-            let id: u64 = words.next().unwrap().parse().unwrap();
-            let len: usize = words.next().unwrap().parse().unwrap();
-            if c.read_body(len).is_err() {
-                break;
-            }
-            // Every other job is deleted; the rest are buried, for the check.
-            let cmd = if id.is_multiple_of(2) {
-                format!("delete {id}")
-            } else {
-                format!("bury {id} 0")
-            };
-            if id.is_multiple_of(2) {
-                told.lock().unwrap().deletes_in_flight.insert(id);
-            }
-            match c.request(&cmd).as_deref() {
-                Ok("DELETED") => {
-                    let mut t = told.lock().unwrap();
-                    t.deletes_in_flight.remove(&id);
-                    t.deletes.insert(id);
-                }
-                Ok("BURIED") => {}
-                Ok(other) => panic!("{cmd} answered {other}"),
-                Err(_) => break,
-            }
-        }
-        node += 1;
-    }
-}
-
-/// Every acknowledged put is there with its body unless its delete was
-/// acknowledged (or in flight); no acknowledged delete is back; a new put
-/// gets an id above every id seen.
-fn check(sprouts: &Sprouts, told: &Told) {
-    // Through any node still running (a leader that stepped down exited).
-    let mut c = sprouts
-        .alive()
-        .into_iter()
-        .find_map(|i| FallibleClient::connect(sprouts.ports[i], Duration::from_secs(10)).ok())
-        .expect("a node to ask");
-    let mut present = 0;
-    for (&id, body) in &told.puts {
-        let reply = c.request(&format!("peek {id}")).unwrap();
-        if told.deletes.contains(&id) {
-            assert_eq!(reply, "NOT_FOUND", "job {id}: its delete was acknowledged");
-            continue;
-        }
-        if reply == "NOT_FOUND" {
-            assert!(
-                told.deletes_in_flight.contains(&id),
-                "acknowledged job {id} is gone"
-            );
-            continue;
-        }
-        let want = format!("FOUND {id} {}", body.len());
-        assert_eq!(reply, want, "job {id}");
-        assert_eq!(&c.read_body(body.len()).unwrap(), body, "job {id}'s body");
-        present += 1;
-    }
-    c.send(b"put 0 0 60 3\r\nnew\r\n").unwrap();
-    let line = c.read_line().unwrap();
-    let id: u64 = line
-        .strip_prefix("INSERTED ")
-        .expect(&line)
-        .parse()
-        .unwrap();
-    assert!(id > told.max_id, "new id {id} not above {}", told.max_id);
+        assert!(Instant::now() < deadline, "no leader to check");
+        thread::sleep(Duration::from_millis(50));
+    };
+    let mut c = Client::tcp(sprouts.ports[leader]);
+    let violations = model::check(&mut c, log, Carry::Kept);
+    let (acked, deleted) = log.counts();
     eprintln!(
-        "checked {} acknowledged puts ({present} present, {} deleted)",
-        told.puts.len(),
-        told.deletes.len()
+        "checked {acked} acknowledged jobs ({deleted} deleted): {} violations",
+        violations.len()
     );
+    assert!(acked > 50, "only {acked} jobs acknowledged");
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
 
 /// Three NATS servers, three sprout nodes of cluster `name` agreed on a
@@ -344,7 +243,7 @@ fn under_load(test: &str, name: &str) -> Option<(NatsCluster, Sprouts, Load, usi
     let nats = NatsCluster::start(3, test)?;
     let sprouts = Sprouts::start(&nats, name, 3);
     let leader = sprouts.wait_leader(Duration::from_secs(30));
-    let load = Load::start(&sprouts.ports, 2);
+    let load = Load::start(&sprouts.ports);
     Some((nats, sprouts, load, leader))
 }
 
@@ -368,7 +267,7 @@ fn a_killed_leader_is_replaced_and_no_acknowledged_job_is_lost() {
         sprouts.start_node(leader);
         thread::sleep(Duration::from_millis(1500));
     }
-    let told = load.finish();
+    let log = load.finish();
     let mut sorted = times.clone();
     sorted.sort();
     eprintln!(
@@ -377,15 +276,10 @@ fn a_killed_leader_is_replaced_and_no_acknowledged_job_is_lost() {
         sorted[sorted.len() / 2],
         sorted[sorted.len() - 1]
     );
-    assert!(
-        told.puts.len() > 100,
-        "only {} puts acknowledged",
-        told.puts.len()
-    );
     for t in &times {
         assert!(*t < TAKEOVER_BOUND, "takeovers took {times:?}");
     }
-    check(&sprouts, &told);
+    check(&sprouts, &log);
 }
 
 #[test]
@@ -420,9 +314,9 @@ fn a_frozen_leader_is_fenced_once_another_has_taken_over() {
     );
     sprouts.nodes[old] = None;
     thread::sleep(Duration::from_millis(500));
-    let told = load.finish();
+    let log = load.finish();
     assert_eq!(sprouts.wait_leader(Duration::from_secs(30)), new);
-    check(&sprouts, &told);
+    check(&sprouts, &log);
 }
 
 #[test]
@@ -435,12 +329,12 @@ fn a_whole_cluster_killed_comes_back_from_the_stream() {
     for i in 0..3 {
         sprouts.kill9(i);
     }
-    let told = load.finish();
+    let log = load.finish();
     for i in 0..3 {
         sprouts.start_node(i);
     }
     sprouts.wait_leader(Duration::from_secs(30));
-    check(&sprouts, &told);
+    check(&sprouts, &log);
 }
 
 /// Kills the NATS node that leads `stream` under load, then checks that
@@ -468,8 +362,8 @@ fn lose_the_nats_node_leading(test: &str, name: &str, stream: &str) {
         }
     }
     thread::sleep(Duration::from_millis(1000));
-    let told = load.finish();
-    check(&sprouts, &told);
+    let log = load.finish();
+    check(&sprouts, &log);
 }
 
 #[test]
@@ -488,4 +382,78 @@ fn losing_the_nats_node_that_leads_the_lease_loses_nothing() {
         "leaseloss",
         "KV_sprout-leaseloss-lease",
     );
+}
+
+/// Waits for `stats-job id`'s reply through `c` and returns `key`.
+fn job_stat(c: &mut FallibleClient, id: u64, key: &str) -> String {
+    let line = c.request(&format!("stats-job {id}")).unwrap();
+    let len: usize = line.strip_prefix("OK ").expect(&line).parse().unwrap();
+    let body = String::from_utf8(c.read_body(len).unwrap()).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no {key} in {body}"))
+        .to_string()
+}
+
+#[test]
+fn a_job_reserved_on_a_killed_leader_stays_reserved_until_its_ttr_runs_out() {
+    let test = "a_job_reserved_on_a_killed_leader_stays_reserved";
+    let Some(nats) = NatsCluster::start(3, test) else {
+        return;
+    };
+    let mut sprouts = Sprouts::start(&nats, "ttr", 3);
+    let old = sprouts.wait_leader(Duration::from_secs(30));
+    let mut worker = FallibleClient::connect(sprouts.ports[old], Duration::from_secs(5)).unwrap();
+    worker.send(b"put 7 0 5 4\r\nwork\r\n").unwrap();
+    let line = worker.read_line().unwrap();
+    let id: u64 = line
+        .strip_prefix("INSERTED ")
+        .expect(&line)
+        .parse()
+        .unwrap();
+    let sent = Instant::now();
+    assert_eq!(
+        worker.request("reserve").unwrap(),
+        format!("RESERVED {id} 4")
+    );
+    worker.read_body(4).unwrap();
+    sprouts.kill9(old);
+    let new = sprouts.wait_leader(Duration::from_secs(30));
+    let taken_over = sent.elapsed();
+    let mut c = FallibleClient::connect(sprouts.ports[new], Duration::from_secs(10)).unwrap();
+    assert_eq!(job_stat(&mut c, id, "state"), "reserved");
+    // The worker's connection is gone: nobody can finish the job, and it
+    // is not handed out again before its TTR (5 s from the reserve) ends.
+    for cmd in [
+        format!("delete {id}"),
+        format!("release {id} 0 0"),
+        format!("touch {id}"),
+    ] {
+        assert_eq!(c.request(&cmd).unwrap(), "NOT_FOUND", "{cmd}");
+    }
+    let mut polls = 0;
+    while sent.elapsed() < Duration::from_millis(4800) {
+        let reply = c.request("reserve-with-timeout 0").unwrap();
+        assert_eq!(
+            reply,
+            "TIMED_OUT",
+            "at {:?} after the reserve",
+            sent.elapsed()
+        );
+        polls += 1;
+        thread::sleep(Duration::from_millis(100));
+    }
+    let line = c.request("reserve-with-timeout 10").unwrap();
+    let back = sent.elapsed();
+    assert_eq!(line, format!("RESERVED {id} 4"));
+    assert_eq!(c.read_body(4).unwrap(), b"work");
+    eprintln!(
+        "taken over {taken_over:?} after the reserve; {polls} reserves refused; \
+         handed out again {back:?} after the reserve (TTR 5 s)"
+    );
+    assert!(back >= Duration::from_millis(4950), "back after {back:?}");
+    assert!(back < Duration::from_millis(6500), "back after {back:?}");
+    assert_eq!(job_stat(&mut c, id, "timeouts"), "1");
+    assert_eq!(job_stat(&mut c, id, "reserves"), "2");
+    assert_eq!(job_stat(&mut c, id, "pri"), "7");
 }

@@ -36,7 +36,11 @@ use common::{Addr, Client, FallibleClient, TestServer};
 /// A bound on a takeover, generous for a loaded 2-core machine: the lease
 /// (1 s in these tests) runs out, a standby polls, reads on and claims.
 const TAKEOVER_BOUND: Duration = Duration::from_secs(6);
-const LEASE_MS: &str = "1000";
+/// The lease in these tests; `SPROUT_CLUSTER_LEASE_MS=1500` measures the
+/// default's takeover by hand.
+fn lease_ms() -> String {
+    std::env::var("SPROUT_CLUSTER_LEASE_MS").unwrap_or_else(|_| "1000".into())
+}
 
 /// Three sprout nodes of one cluster.
 struct Sprouts {
@@ -63,6 +67,7 @@ impl Sprouts {
     fn start_node(&mut self, i: usize) {
         let port = self.ports[i].to_string();
         let node = format!("s{i}");
+        let lease = lease_ms();
         let args = [
             "-l",
             "127.0.0.1",
@@ -75,7 +80,7 @@ impl Sprouts {
             "--node-id",
             &node,
             "--cluster-lease-ms",
-            LEASE_MS,
+            &lease,
             "-V",
         ];
         let server = TestServer::spawn(&args, Addr::Tcp(self.ports[i]))

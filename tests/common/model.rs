@@ -147,6 +147,9 @@ pub struct Nodes {
     pub follow: bool,
     /// How long a read waits for an answer.
     pub timeout: Duration,
+    /// The kicker's least pause between kicks: over a long run, frequent
+    /// kicks would leave no job buried to check the bury order of.
+    pub kick_pause: Duration,
 }
 
 impl Nodes {
@@ -156,6 +159,7 @@ impl Nodes {
             ports: vec![port],
             follow: false,
             timeout: Duration::from_secs(3),
+            kick_pause: Duration::from_millis(5),
         }
     }
 
@@ -166,6 +170,7 @@ impl Nodes {
             ports: ports.to_vec(),
             follow: true,
             timeout: Duration::from_secs(30),
+            kick_pause: Duration::from_millis(500),
         }
     }
 
@@ -416,7 +421,7 @@ pub fn kicker(nodes: &Nodes, shared: &Shared, seed: u64) -> Res<()> {
     let mut rng = Rng::new(seed);
     nodes.run(shared, seed as usize, |c| {
         while !shared.stop.load(Ordering::Relaxed) {
-            thread::sleep(Duration::from_millis(5 + rng.below(30)));
+            thread::sleep(nodes.kick_pause + Duration::from_millis(rng.below(30)));
             let tube = TUBES[rng.below(2) as usize];
             c.request(&format!("use {tube}"))?;
             let i = {

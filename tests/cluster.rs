@@ -24,7 +24,9 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -461,4 +463,128 @@ fn a_job_reserved_on_a_killed_leader_stays_reserved_until_its_ttr_runs_out() {
     assert_eq!(job_stat(&mut c, id, "timeouts"), "1");
     assert_eq!(job_stat(&mut c, id, "reserves"), "2");
     assert_eq!(job_stat(&mut c, id, "pri"), "7");
+}
+
+/// A stand-in for a NATS server too old for cluster mode: its INFO says
+/// 2.9.10, and it answers pings, nothing more. Until armed it hangs up on
+/// every connection, so a client connects to the real server first.
+struct OldNats {
+    port: u16,
+    armed: Arc<AtomicBool>,
+}
+
+impl OldNats {
+    fn start() -> OldNats {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed = Arc::new(AtomicBool::new(false));
+        let on = armed.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                if on.load(Ordering::SeqCst) {
+                    thread::spawn(move || serve_as_old_nats(stream, port));
+                }
+            }
+        });
+        OldNats { port, armed }
+    }
+}
+
+fn serve_as_old_nats(mut s: TcpStream, port: u16) {
+    let info = format!(
+        "INFO {{\"server_id\":\"OLDNATS\",\"server_name\":\"old\",\"version\":\"2.9.10\",\
+         \"proto\":1,\"go\":\"go1.19\",\"host\":\"127.0.0.1\",\"port\":{port},\
+         \"headers\":true,\"max_payload\":1048576,\"jetstream\":true}}\r\n"
+    );
+    if s.write_all(info.as_bytes()).is_err() {
+        return;
+    }
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = Vec::new();
+    while r.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+        if line.starts_with(b"PING") && s.write_all(b"PONG\r\n").is_err() {
+            return;
+        }
+        line.clear();
+    }
+}
+
+/// The arguments of a one-node cluster `name` on `urls`, serving on
+/// `port` (one NATS copy, a 10 s lease: in these tests only the version
+/// check stops it).
+fn one_node(port: &str, urls: &str, name: &str) -> Vec<String> {
+    [
+        "-l",
+        "127.0.0.1",
+        "-p",
+        port,
+        "--cluster",
+        urls,
+        "--cluster-name",
+        name,
+        "--node-id",
+        "s0",
+        "--cluster-replicas",
+        "1",
+        "--cluster-lease-ms",
+        "10000",
+        "-V",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// Spawns a node; what it logged once it stopped, non-zero, within 20 s.
+fn stopped(args: &[String], then: impl FnOnce(&TestServer)) -> String {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let port = args[3].parse().unwrap();
+    let mut node = match TestServer::spawn(&args, Addr::Tcp(port)) {
+        // Stopped before it listened.
+        Err(why) => return why,
+        Ok(node) => node,
+    };
+    then(&node);
+    let status = node.wait_exit(Duration::from_secs(20));
+    let said = node.stderr();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "still serving ({status:?}); stderr: {said}"
+    );
+    said
+}
+
+#[test]
+fn a_node_refuses_an_old_nats_server_at_startup_and_on_reconnect() {
+    let test = "a_node_refuses_an_old_nats_server";
+    let old = OldNats::start();
+    old.armed.store(true, Ordering::SeqCst);
+    let port = TestServer::free_port().to_string();
+    let only_old = format!("nats://127.0.0.1:{}", old.port);
+    let said = stopped(&one_node(&port, &only_old, "oldnats"), |_| {});
+    assert!(said.contains("2.9.10"), "{said}");
+
+    let Some(mut nats) = NatsCluster::start(1, test) else {
+        return;
+    };
+    old.armed.store(false, Ordering::SeqCst);
+    let port = TestServer::free_port().to_string();
+    let urls = format!("{},nats://127.0.0.1:{}", nats.url(0), old.port);
+    let mut killed = None;
+    let said = stopped(&one_node(&port, &urls, "reconnect"), |node| {
+        let mut c = FallibleClient::connect(node.port(), Duration::from_secs(20)).unwrap();
+        c.send(b"put 0 0 60 1\r\nx\r\n").unwrap();
+        let line = c.read_line().unwrap();
+        assert!(line.starts_with("INSERTED "), "{line}: {}", node.stderr());
+        // The real server goes; the client's reconnect finds the old one.
+        old.armed.store(true, Ordering::SeqCst);
+        killed = Some(Instant::now());
+        nats.kill9(0);
+    });
+    assert!(said.contains("reconnected to NATS server old"), "{said}");
+    assert!(said.contains("2.9.10"), "{said}");
+    eprintln!(
+        "stopped within {:?} of the kill: {}",
+        killed.unwrap().elapsed(),
+        said.lines().last().unwrap_or("")
+    );
 }

@@ -75,6 +75,12 @@ pub async fn start(
     clock: Clock,
 ) -> Result<(Arc<Shared>, Side), String> {
     let node = node::connect(options).await?;
+    let client = node.client();
+    tokio::spawn(async move {
+        let why = version::watch(client).await;
+        tracing::error!("cluster: {why}; stopping");
+        std::process::exit(1);
+    });
     let max_job_size = config.max_job_size.min(node.max_job_size());
     if max_job_size < config.max_job_size {
         tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");

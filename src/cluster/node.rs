@@ -55,6 +55,11 @@ pub struct Connected {
 }
 
 impl Connected {
+    /// The connection to NATS.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// The largest job body that fits in one of the server's messages,
     /// with room for the page around it.
     pub fn max_job_size(&self) -> u32 {

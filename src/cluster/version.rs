@@ -4,7 +4,16 @@
 //! `sync_interval: always` (2.9 acks before fsync), atomic batches
 //! (`allow_atomic`), and it silently ignores headers it does not know, so a
 //! `Nats-Expected-Last-Sequence` fence would do nothing. The check runs on
-//! the version in the server's INFO, before anything is written.
+//! the version in the server's INFO, before anything is written, and again
+//! on every server the client reconnects to ([`watch`]): async-nats
+//! reconnects by itself, to any of the URLs or to a server the cluster
+//! announced.
+
+use std::time::Duration;
+
+/// How often [`watch`] looks at which server the client is connected to:
+/// a refused server is used for at most about this long.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The oldest server version accepted.
 pub const MINIMUM: (u64, u64, u64) = (2, 12, 0);
@@ -13,6 +22,32 @@ pub const MINIMUM: (u64, u64, u64) = (2, 12, 0);
 pub fn check(client: &async_nats::Client) -> Result<(), String> {
     let info = client.server_info();
     supported(&info.version).map_err(|e| format!("NATS server {}: {e}", info.server_name))
+}
+
+/// Checks each server the client reconnects to; returns why once one is
+/// refused (the node must then stop: `cluster::start` exits).
+///
+/// async-nats has no hook that runs after a reconnect's INFO is in (its
+/// `Connected` event comes just before), so this compares the INFO's
+/// `server_id` every [`WATCH_EVERY`]: a watch borrow, nothing on the wire.
+pub async fn watch(client: async_nats::Client) -> String {
+    let mut seen = client.server_info().server_id;
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let info = client.server_info();
+        if info.server_id == seen {
+            continue;
+        }
+        if let Err(why) = supported(&info.version) {
+            return format!("reconnected to NATS server {}: {why}", info.server_name);
+        }
+        tracing::info!(
+            "reconnected to NATS server {} ({})",
+            info.server_name,
+            info.version
+        );
+        seen = info.server_id;
+    }
 }
 
 /// Whether a server reporting `version` (e.g. `2.15.1`, `2.16.0-RC.2`) may

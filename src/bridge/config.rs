@@ -5,7 +5,7 @@
 //! Validation happens here, once, so the running bridge never meets a tube
 //! name the protocol rejects or a Redis URL it cannot parse.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -63,6 +63,17 @@ pub struct BridgeArgs {
     pub options: BridgeOptions,
 }
 
+impl BridgeArgs {
+    fn sources(&self) -> Sources<'_> {
+        Sources {
+            redis: &self.redis,
+            twemproxy: self.twemproxy.as_deref(),
+            sentinels: &self.sentinel,
+            clusters: &self.cluster,
+        }
+    }
+}
+
 /// Defaults the subcommand and embedded mode share.
 const DEFAULT_SCAN_INTERVAL: f64 = 60.0;
 const DEFAULT_PRI: u32 = 1024;
@@ -105,64 +116,100 @@ pub struct BridgeOptions {
     pub ttr: u32,
 }
 
+/// The clap group of the embedded bridge's sources: every other embedded
+/// flag requires one of them.
+const EMBEDDED_SOURCE: &str = "bridge_source";
+
 /// The server's embedded-mode flags: `sprout -b DIR --redis-bridge URL
 /// --bridge-tube TUBE --bridge-match PATTERN` runs the bridge in-process.
 /// Each is the subcommand's flag with a `bridge-` prefix, so none can be
-/// mistaken for a server setting.
+/// mistaken for a server setting; any of the four sources (`--redis-bridge`,
+/// `--bridge-twemproxy-config`, `--bridge-redis-sentinel`,
+/// `--bridge-redis-cluster`) turns the bridge on, and the other flags need
+/// one of them.
 #[derive(Clone, Debug, Args)]
+#[command(group(
+    clap::ArgGroup::new(EMBEDDED_SOURCE)
+        .args(["redis", "twemproxy", "sentinel", "redis_cluster"])
+        .multiple(true)
+))]
 pub struct EmbeddedArgs {
-    /// Run the Redis TTL bridge inside the server, watching this Redis node
-    /// (repeat for every master of a cluster).
+    /// Run the Redis TTL bridge inside the server, watching this Redis node;
+    /// repeatable (see `sprout bridge --redis`).
     #[arg(long = "redis-bridge", value_name = "URL")]
     pub redis: Vec<String>,
 
+    /// Run the bridge inside the server, watching the backends of this
+    /// twemproxy YAML (see `sprout bridge --twemproxy-config`).
+    #[arg(long = "bridge-twemproxy-config", value_name = "FILE")]
+    pub twemproxy: Option<PathBuf>,
+
+    /// Run the bridge inside the server, following this Sentinel-watched
+    /// master; repeatable (see `sprout bridge --redis-sentinel`).
+    #[arg(long = "bridge-redis-sentinel", value_name = "URL")]
+    pub sentinel: Vec<String>,
+
+    /// Run the bridge inside the server, watching this Redis Cluster;
+    /// repeatable (see `sprout bridge --redis-cluster`).
+    #[arg(long = "bridge-redis-cluster", value_name = "URL")]
+    pub redis_cluster: Vec<String>,
+
     /// The tube the embedded bridge delivers expiries to.
-    #[arg(long = "bridge-tube", value_name = "TUBE", requires = "redis")]
+    #[arg(long = "bridge-tube", value_name = "TUBE", requires = EMBEDDED_SOURCE)]
     pub tube: Option<String>,
 
     /// A key pattern for the embedded bridge; repeatable.
-    #[arg(long = "bridge-match", value_name = "PATTERN", requires = "redis")]
+    #[arg(long = "bridge-match", value_name = "PATTERN", requires = EMBEDDED_SOURCE)]
     pub patterns: Vec<String>,
 
     /// The embedded bridge's index (default: DIR/bridge with -b).
-    #[arg(long = "bridge-state-dir", value_name = "DIR", requires = "redis")]
+    #[arg(long = "bridge-state-dir", value_name = "DIR", requires = EMBEDDED_SOURCE)]
     pub state_dir: Option<PathBuf>,
 
     /// See `sprout bridge --no-pubsub`.
-    #[arg(long = "bridge-no-pubsub", requires = "redis")]
+    #[arg(long = "bridge-no-pubsub", requires = EMBEDDED_SOURCE)]
     pub no_pubsub: bool,
 
     /// See `sprout bridge --scan-interval`.
-    #[arg(long = "bridge-scan-interval", value_name = "SECS", requires = "redis", default_value_t = DEFAULT_SCAN_INTERVAL)]
+    #[arg(long = "bridge-scan-interval", value_name = "SECS", requires = EMBEDDED_SOURCE, default_value_t = DEFAULT_SCAN_INTERVAL)]
     pub scan_interval: f64,
 
     /// See `sprout bridge --with-value`.
-    #[arg(long = "bridge-with-value", requires = "redis")]
+    #[arg(long = "bridge-with-value", requires = EMBEDDED_SOURCE)]
     pub with_value: bool,
 
     /// See `sprout bridge --delete-on-fire`.
-    #[arg(long = "bridge-delete-on-fire", requires = "redis")]
+    #[arg(long = "bridge-delete-on-fire", requires = EMBEDDED_SOURCE)]
     pub delete_on_fire: bool,
 
     /// See `sprout bridge --precheck-ms`.
     #[arg(
         long = "bridge-precheck-ms",
         value_name = "MS",
-        requires = "redis",
+        requires = EMBEDDED_SOURCE,
         default_value_t = 0
     )]
     pub precheck_ms: u64,
 
     /// See `sprout bridge --pri`.
-    #[arg(long = "bridge-pri", value_name = "N", requires = "redis", default_value_t = DEFAULT_PRI)]
+    #[arg(long = "bridge-pri", value_name = "N", requires = EMBEDDED_SOURCE, default_value_t = DEFAULT_PRI)]
     pub pri: u32,
 
     /// See `sprout bridge --ttr`.
-    #[arg(long = "bridge-ttr", value_name = "SECS", requires = "redis", default_value_t = DEFAULT_TTR)]
+    #[arg(long = "bridge-ttr", value_name = "SECS", requires = EMBEDDED_SOURCE, default_value_t = DEFAULT_TTR)]
     pub ttr: u32,
 }
 
 impl EmbeddedArgs {
+    fn sources(&self) -> Sources<'_> {
+        Sources {
+            redis: &self.redis,
+            twemproxy: self.twemproxy.as_deref(),
+            sentinels: &self.sentinel,
+            clusters: &self.redis_cluster,
+        }
+    }
+
     fn options(&self) -> BridgeOptions {
         BridgeOptions {
             no_pubsub: self.no_pubsub,
@@ -172,6 +219,91 @@ impl EmbeddedArgs {
             precheck_ms: self.precheck_ms,
             pri: self.pri,
             ttr: self.ttr,
+        }
+    }
+}
+
+/// Where the bridge finds its Redis nodes: the four kinds of source both
+/// front ends take (`--redis`, `--twemproxy-config`, `--redis-sentinel`,
+/// `--redis-cluster`, or their embedded twins).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sources<'a> {
+    pub redis: &'a [String],
+    pub twemproxy: Option<&'a Path>,
+    pub sentinels: &'a [String],
+    pub clusters: &'a [String],
+}
+
+impl Sources<'_> {
+    fn is_empty(&self) -> bool {
+        self.redis.is_empty()
+            && self.twemproxy.is_none()
+            && self.sentinels.is_empty()
+            && self.clusters.is_empty()
+    }
+
+    /// The flag of the first source given, as `front` spells it.
+    fn first_flag(&self, front: Front) -> String {
+        let name = if !self.redis.is_empty() {
+            "redis"
+        } else if self.twemproxy.is_some() {
+            "twemproxy-config"
+        } else if !self.sentinels.is_empty() {
+            "redis-sentinel"
+        } else {
+            "redis-cluster"
+        };
+        front.flag(name)
+    }
+
+    /// The nodes, in the order timers have always named them by: the
+    /// `--redis` URLs, the twemproxy backends, the clusters, the Sentinel
+    /// masters.
+    fn nodes(&self, front: Front) -> Result<Vec<Node>, String> {
+        let mut urls = self.redis.to_vec();
+        if let Some(file) = self.twemproxy {
+            urls.extend(twemproxy_backends(file, &front.flag("twemproxy-config"))?);
+        }
+        let plain = urls.len();
+        urls.extend(self.clusters.iter().cloned());
+        let mut nodes = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                    .map(|info| Node {
+                        url: url.clone(),
+                        info,
+                        sentinel: None,
+                        cluster: i >= plain,
+                    })
+                    .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for url in self.sentinels {
+            nodes.push(sentinel_node(url, &front.flag("redis-sentinel"))?);
+        }
+        Ok(nodes)
+    }
+}
+
+/// The command line a configuration comes from, so that an error names
+/// the flag as the user typed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Front {
+    /// `sprout bridge --redis …`.
+    Subcommand,
+    /// `sprout --redis-bridge …`: each flag with a `bridge-` prefix.
+    Embedded,
+}
+
+impl Front {
+    /// The flag that is `--NAME` in `sprout bridge`.
+    pub fn flag(self, name: &str) -> String {
+        match (self, name) {
+            (Front::Subcommand, _) => format!("--{name}"),
+            (Front::Embedded, "redis") => "--redis-bridge".into(),
+            (Front::Embedded, _) => format!("--bridge-{name}"),
         }
     }
 }
@@ -214,33 +346,33 @@ pub struct Config {
 }
 
 impl Config {
-    /// Checks and assembles the parts every front end supplies.
+    /// Checks and assembles the parts every front end supplies: the one
+    /// way from flags to a configuration; errors name `front`'s flags.
     pub fn new(
-        urls: &[String],
+        sources: Sources<'_>,
         tube: &str,
         patterns: &[String],
         state_dir: PathBuf,
         options: &BridgeOptions,
+        front: Front,
     ) -> Result<Config, String> {
-        if urls.is_empty() {
-            return Err("give at least one Redis URL".into());
+        let flag = |name| front.flag(name);
+        if sources.is_empty() {
+            return Err(format!(
+                "give at least one Redis source: {}, {}, {} or {}",
+                flag("redis"),
+                flag("twemproxy-config"),
+                flag("redis-sentinel"),
+                flag("redis-cluster")
+            ));
         }
         if patterns.is_empty() {
-            return Err("give at least one key pattern to match".into());
+            return Err(format!(
+                "give at least one key pattern to match ({})",
+                flag("match")
+            ));
         }
-        let nodes = urls
-            .iter()
-            .map(|url| {
-                redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map(|info| Node {
-                        url: url.clone(),
-                        info,
-                        sentinel: None,
-                        cluster: false,
-                    })
-                    .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = sources.nodes(front)?;
         let timer_name = format!("{TIMER_TUBE_PREFIX}{tube}");
         if timer_name.len() > MAX_TUBE_NAME_LEN {
             return Err(format!(
@@ -253,11 +385,15 @@ impl Config {
         };
         let scan_secs = options.scan_interval;
         if !(scan_secs.is_finite() && scan_secs > 0.0) {
-            return Err(format!("--scan-interval must be positive, not {scan_secs}"));
+            return Err(format!(
+                "{} must be positive, not {scan_secs}",
+                flag("scan-interval")
+            ));
         }
         if options.precheck_ms > MAX_PRECHECK_MS {
             return Err(format!(
-                "--precheck-ms is at most {MAX_PRECHECK_MS} (an hour), not {}",
+                "{} is at most {MAX_PRECHECK_MS} (an hour), not {}",
+                flag("precheck-ms"),
                 options.precheck_ms
             ));
         }
@@ -279,74 +415,58 @@ impl Config {
 
     /// From `sprout bridge …`.
     pub fn from_args(args: &BridgeArgs) -> Result<Config, String> {
-        let mut urls = args.redis.clone();
-        if let Some(file) = &args.twemproxy {
-            urls.extend(twemproxy_backends(file)?);
-        }
-        let clusters = args.cluster.len();
-        urls.extend(args.cluster.iter().cloned());
-        let sentinels = args
-            .sentinel
-            .iter()
-            .map(|url| sentinel_node(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        // Config::new checks the URLs; Sentinel masters join afterwards.
-        let placeholder = ["redis://127.0.0.1/0".to_string()];
-        let mut config = Config::new(
-            if urls.is_empty() { &placeholder } else { &urls },
+        Config::new(
+            args.sources(),
             &args.tube,
             &args.patterns,
             args.state_dir.clone(),
             &args.options,
-        )?;
-        if urls.is_empty() {
-            config.nodes.clear();
-        }
-        let first_cluster = config.nodes.len() - clusters;
-        for node in &mut config.nodes[first_cluster..] {
-            node.cluster = true;
-        }
-        config.nodes.extend(sentinels);
-        Ok(config)
+            Front::Subcommand,
+        )
     }
 
-    /// From the server's embedded flags; `None` when no `--redis-bridge`
-    /// was given. `binlog_dir` is the server's `-b`, the default home of
-    /// the index.
+    /// From the server's embedded flags; `None` when none of its sources
+    /// (`--redis-bridge`, `--bridge-twemproxy-config`,
+    /// `--bridge-redis-sentinel`, `--bridge-redis-cluster`) was given.
+    /// `binlog_dir` is the server's `-b`, the default home of the index.
     pub fn from_embedded(
         args: &EmbeddedArgs,
-        binlog_dir: Option<&std::path::Path>,
+        binlog_dir: Option<&Path>,
     ) -> Option<Result<Config, String>> {
-        if args.redis.is_empty() {
+        let sources = args.sources();
+        if sources.is_empty() {
             return None;
         }
+        let source = sources.first_flag(Front::Embedded);
         let Some(tube) = &args.tube else {
-            return Some(Err("--redis-bridge needs --bridge-tube".into()));
+            return Some(Err(format!("{source} needs --bridge-tube")));
         };
         let state_dir = match (&args.state_dir, binlog_dir) {
             (Some(dir), _) => dir.clone(),
             (None, Some(dir)) => dir.join("bridge"),
             (None, None) => {
-                return Some(Err(
-                    "--redis-bridge needs -b DIR (or --bridge-state-dir): the bridge's \
+                return Some(Err(format!(
+                    "{source} needs -b DIR (or --bridge-state-dir): the bridge's \
                      pending expiries must survive a restart"
-                        .into(),
-                ))
+                )))
             }
         };
         Some(Config::new(
-            &args.redis,
+            sources,
             tube,
             &args.patterns,
             state_dir,
             &args.options(),
+            Front::Embedded,
         ))
     }
 }
 
-/// The node of a `--redis-sentinel` URL (database 0).
-fn sentinel_node(url: &str) -> Result<Node, String> {
-    let sentinel = super::sentinel::Sentinel::parse(url)?;
+/// The node of a `--redis-sentinel` URL (database 0), given as `flag`.
+fn sentinel_node(url: &str, flag: &str) -> Result<Node, String> {
+    // Sentinel::parse names the subcommand's flag.
+    let sentinel = super::sentinel::Sentinel::parse(url)
+        .map_err(|e| e.replacen("--redis-sentinel", flag, 1))?;
     let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/0")
         .map_err(|e| e.to_string())?;
     Ok(Node {
@@ -357,12 +477,11 @@ fn sentinel_node(url: &str) -> Result<Node, String> {
     })
 }
 
-/// The backends of the twemproxy configuration in `file`.
-fn twemproxy_backends(file: &std::path::Path) -> Result<Vec<String>, String> {
+/// The backends of the twemproxy configuration in `file`, given as `flag`.
+fn twemproxy_backends(file: &Path, flag: &str) -> Result<Vec<String>, String> {
     let yaml = std::fs::read_to_string(file)
-        .map_err(|e| format!("cannot read --twemproxy-config {}: {e}", file.display()))?;
-    super::twemproxy::backends(&yaml)
-        .map_err(|e| format!("--twemproxy-config {}: {e}", file.display()))
+        .map_err(|e| format!("cannot read {flag} {}: {e}", file.display()))?;
+    super::twemproxy::backends(&yaml).map_err(|e| format!("{flag} {}: {e}", file.display()))
 }
 
 #[cfg(test)]
@@ -381,23 +500,358 @@ mod tests {
         }
     }
 
+    /// `Config::new` on plain `--redis` URLs.
+    fn on_urls(
+        urls: &[String],
+        tube: &str,
+        pats: &[String],
+        options: &BridgeOptions,
+    ) -> Result<Config, String> {
+        let sources = Sources {
+            redis: urls,
+            ..Sources::default()
+        };
+        Config::new(sources, tube, pats, "x".into(), options, Front::Subcommand)
+    }
+
     #[test]
     fn timer_tube_is_derived_and_bounded() {
         let urls = vec!["redis://127.0.0.1:6379/3".to_string()];
         let pats = vec!["a:*".to_string()];
-        let c = Config::new(&urls, "offline", &pats, "x".into(), &options()).unwrap();
+        let c = on_urls(&urls, "offline", &pats, &options()).unwrap();
         assert_eq!(c.timer_tube.as_str(), "bridge-timers.offline");
         assert_eq!(c.nodes[0].db(), 3);
         let long = "t".repeat(190);
-        assert!(Config::new(&urls, &long, &pats, "x".into(), &options()).is_err());
-        assert!(Config::new(&urls, "bad tube", &pats, "x".into(), &options()).is_err());
-        assert!(Config::new(&["nope://".into()], "t", &pats, "x".into(), &options()).is_err());
+        assert!(on_urls(&urls, &long, &pats, &options()).is_err());
+        assert!(on_urls(&urls, "bad tube", &pats, &options()).is_err());
+        assert!(on_urls(&["nope://".into()], "t", &pats, &options()).is_err());
         let precheck = |ms| BridgeOptions {
             precheck_ms: ms,
             ..options()
         };
-        let c = Config::new(&urls, "t", &pats, "x".into(), &precheck(500)).unwrap();
+        let c = on_urls(&urls, "t", &pats, &precheck(500)).unwrap();
         assert_eq!(c.precheck, Duration::from_millis(500));
-        assert!(Config::new(&urls, "t", &pats, "x".into(), &precheck(3_600_001)).is_err());
+        assert!(on_urls(&urls, "t", &pats, &precheck(3_600_001)).is_err());
+    }
+
+    /// A directory of its own under the system's temporary one, removed on
+    /// drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir = std::env::temp_dir().join(format!(
+                "sprout-config-{name}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn parse(words: &[&str]) -> Result<crate::cli::Args, clap::Error> {
+        use clap::Parser;
+        crate::cli::Args::try_parse_from(std::iter::once("sprout").chain(words.iter().copied()))
+    }
+
+    /// `sprout bridge WORDS`.
+    fn subcommand(words: &[&str]) -> Result<Config, String> {
+        let mut argv = vec!["bridge"];
+        argv.extend_from_slice(words);
+        match parse(&argv).map_err(|e| e.to_string())?.command {
+            Some(crate::cli::Mode::Bridge(args)) => Config::from_args(&args),
+            other => panic!("not the bridge subcommand: {other:?}"),
+        }
+    }
+
+    /// `sprout WORDS`, the server with the embedded bridge.
+    fn embedded(words: &[&str]) -> Result<Config, String> {
+        let args = parse(words).map_err(|e| e.to_string())?;
+        Config::from_embedded(&args.bridge, args.binlog_dir.as_deref())
+            .unwrap_or_else(|| Err("no embedded bridge".into()))
+    }
+
+    /// Each source, alone and together, and every option: the embedded
+    /// flags mean what the subcommand's mean, down to the nodes' order.
+    #[test]
+    fn embedded_flags_make_the_subcommands_config() {
+        let dir = Scratch::new("same");
+        let yaml = dir.0.join("nutcracker.yml");
+        std::fs::write(
+            &yaml,
+            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_db: 2\n  servers:\n   \
+             - 127.0.0.1:7001:1 a\n   - 127.0.0.1:7002:1 b\n",
+        )
+        .unwrap();
+        let yaml = yaml.to_str().unwrap();
+        let state = dir.0.join("state");
+        let state = state.to_str().unwrap();
+        let binlog = dir.0.join("binlog");
+        let binlog = binlog.to_str().unwrap();
+        let default_state = format!("{binlog}/bridge");
+        let common = |state: &str| -> Vec<String> {
+            [
+                "--tube",
+                "offline",
+                "--match",
+                "dev:*",
+                "--match",
+                "x:?",
+                "--state-dir",
+                state,
+            ]
+            .map(String::from)
+            .to_vec()
+        };
+        let options = [
+            "--no-pubsub",
+            "--scan-interval",
+            "2.5",
+            "--with-value",
+            "--delete-on-fire",
+            "--precheck-ms",
+            "250",
+            "--pri",
+            "7",
+            "--ttr",
+            "9",
+        ];
+        let table: &[(&str, &[&str], &[&str])] = &[
+            ("redis", &["--redis", "redis://127.0.0.1:6379/1"], &[]),
+            (
+                "several redis",
+                &[
+                    "--redis",
+                    "redis://127.0.0.1:6379/1",
+                    "--redis",
+                    "redis://h:1/0",
+                ],
+                &[],
+            ),
+            ("twemproxy", &["--twemproxy-config", yaml], &[]),
+            (
+                "sentinels",
+                &[
+                    "--redis-sentinel",
+                    "redis://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+                    "--redis-sentinel",
+                    "redis://s:26379/other",
+                ],
+                &[],
+            ),
+            (
+                "clusters",
+                &[
+                    "--redis-cluster",
+                    "redis://127.0.0.1:7000",
+                    "--redis-cluster",
+                    "redis://c:1",
+                ],
+                &[],
+            ),
+            (
+                "all four, with every option",
+                &[
+                    "--redis-sentinel",
+                    "redis://s:26379/m",
+                    "--redis-cluster",
+                    "redis://c:7000",
+                    "--twemproxy-config",
+                    yaml,
+                    "--redis",
+                    "redis://r:6379/4",
+                ],
+                &options,
+            ),
+        ];
+        for (what, sources, opts) in table {
+            for state_dir in [Some(state), None] {
+                // The subcommand's words: sources, then the rest.
+                let sub_state = state_dir.unwrap_or(&default_state);
+                let mut sub: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+                sub.extend(common(sub_state));
+                sub.extend(opts.iter().map(|s| s.to_string()));
+                // The same with the embedded spelling; without
+                // --bridge-state-dir, -b's DIR/bridge.
+                let mut emb: Vec<String> = vec!["-b".into(), binlog.into()];
+                let mut given = sub.iter();
+                while let Some(word) = given.next() {
+                    match word.strip_prefix("--") {
+                        Some("state-dir") if state_dir.is_none() => {
+                            given.next();
+                        }
+                        Some(name) => emb.push(Front::Embedded.flag(name)),
+                        None => emb.push(word.clone()),
+                    }
+                }
+                fn words(v: &[String]) -> Vec<&str> {
+                    v.iter().map(String::as_str).collect()
+                }
+                let want = subcommand(&words(&sub)).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let got = embedded(&words(&emb)).unwrap_or_else(|e| panic!("{what}: {emb:?}: {e}"));
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{what}: {emb:?}");
+            }
+        }
+        // The order timers name nodes by, whatever the order of the flags.
+        let all = subcommand(
+            &[
+                table[5].1,
+                &common(state).iter().map(String::as_str).collect::<Vec<_>>(),
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let kinds: Vec<_> = all
+            .nodes
+            .iter()
+            .map(|n| (n.url.as_str(), n.cluster, n.sentinel.is_some()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("redis://r:6379/4", false, false),
+                ("redis://127.0.0.1:7001/2", false, false),
+                ("redis://127.0.0.1:7002/2", false, false),
+                ("redis://c:7000", true, false),
+                ("redis://s:26379/m", false, true),
+            ]
+        );
+    }
+
+    /// What each bad combination of embedded flags is told, naming the
+    /// flags as given.
+    #[test]
+    fn bad_embedded_flags_are_named() {
+        let dir = Scratch::new("bad");
+        let b = dir.0.to_str().unwrap();
+        let missing = dir.0.join("missing.yml");
+        let missing = missing.to_str().unwrap();
+        let table: &[(&[&str], &str)] = &[
+            // No source: clap refuses the others.
+            (
+                &["-b", b, "--bridge-tube", "t", "--bridge-match", "*"],
+                "--redis-bridge",
+            ),
+            (&["-b", b, "--bridge-match", "*"], "--bridge-redis-cluster"),
+            (
+                &["-b", b, "--bridge-no-pubsub"],
+                "--bridge-twemproxy-config",
+            ),
+            // A source without its tube or its home.
+            (
+                &["-b", b, "--bridge-redis-cluster", "redis://c:1"],
+                "--bridge-redis-cluster needs --bridge-tube",
+            ),
+            (
+                &["-b", b, "--redis-bridge", "redis://r:1"],
+                "--redis-bridge needs --bridge-tube",
+            ),
+            (
+                &[
+                    "--bridge-redis-sentinel",
+                    "redis://s:1/m",
+                    "--bridge-tube",
+                    "t",
+                    "--bridge-match",
+                    "*",
+                ],
+                "--bridge-redis-sentinel needs -b DIR (or --bridge-state-dir)",
+            ),
+            (
+                &[
+                    "-b",
+                    b,
+                    "--bridge-twemproxy-config",
+                    missing,
+                    "--bridge-tube",
+                    "t",
+                ],
+                "give at least one key pattern to match (--bridge-match)",
+            ),
+            // A source or an option the bridge cannot read.
+            (
+                &[
+                    "-b",
+                    b,
+                    "--bridge-twemproxy-config",
+                    missing,
+                    "--bridge-tube",
+                    "t",
+                    "--bridge-match",
+                    "*",
+                ],
+                "cannot read --bridge-twemproxy-config",
+            ),
+            (
+                &[
+                    "-b",
+                    b,
+                    "--bridge-redis-sentinel",
+                    "redis://s/m",
+                    "--bridge-tube",
+                    "t",
+                    "--bridge-match",
+                    "*",
+                ],
+                "bad --bridge-redis-sentinel \"redis://s/m\"",
+            ),
+            (
+                &[
+                    "-b",
+                    b,
+                    "--bridge-redis-cluster",
+                    "nope://",
+                    "--bridge-tube",
+                    "t",
+                    "--bridge-match",
+                    "*",
+                ],
+                "bad Redis URL \"nope://\"",
+            ),
+            (
+                &[
+                    "-b",
+                    b,
+                    "--redis-bridge",
+                    "redis://r:1",
+                    "--bridge-tube",
+                    "t",
+                    "--bridge-match",
+                    "*",
+                    "--bridge-scan-interval",
+                    "0",
+                ],
+                "--bridge-scan-interval must be positive",
+            ),
+        ];
+        for (words, want) in table {
+            let err = embedded(words).expect_err(want);
+            assert!(err.contains(want), "{words:?}: {err}");
+        }
+        // None of the sources: no embedded bridge, and no error.
+        let args = parse(&["-b", b]).unwrap();
+        assert!(Config::from_embedded(&args.bridge, args.binlog_dir.as_deref()).is_none());
+        // The subcommand names its own flags.
+        let err = subcommand(&[
+            "--redis-sentinel",
+            "redis://s/m",
+            "--tube",
+            "t",
+            "--match",
+            "*",
+            "--state-dir",
+            b,
+        ])
+        .unwrap_err();
+        assert!(err.contains("bad --redis-sentinel"), "{err}");
+        let err = subcommand(&["--tube", "t", "--match", "*", "--state-dir", b]).unwrap_err();
+        assert!(err.contains("--redis"), "{err}");
     }
 }

@@ -14,7 +14,8 @@
 
 use sprout_protocol::JobId;
 
-use super::record::{self, Corrupt};
+use super::corrupt::Corrupt;
+use super::record;
 use crate::engine::JobImage;
 
 /// First byte of a tombstone; images start with their version, states with

@@ -10,7 +10,7 @@
 
 use sprout_protocol::{TagName, Tags, TubeName};
 
-use super::record::Corrupt;
+use super::corrupt::Corrupt;
 use crate::engine::Extras;
 
 /// The state byte's flag for a record with extras.

@@ -20,9 +20,9 @@ use rustc_hash::FxHashMap;
 
 use sprout_protocol::JobId;
 
+use super::corrupt::Corrupt;
 use super::entry::Kind;
 use super::page;
-use super::record::Corrupt;
 use super::slots::{Slot, Slots};
 
 /// Dead bytes tolerated beyond the live ones before cleaning starts.

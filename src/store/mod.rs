@@ -41,6 +41,7 @@ mod allocator;
 mod ballast;
 mod bells;
 mod blobs;
+mod corrupt;
 pub mod durable;
 mod entry;
 mod extras;
@@ -60,13 +61,14 @@ mod whole;
 
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.
+pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;
 pub(crate) use entry::Kind as EntryKind;
 pub(crate) use log::Log;
 pub(crate) use pack::{pack, Packed};
 pub(crate) use page::read as page_entries;
-pub(crate) use record::{decode_job, Corrupt};
+pub(crate) use record::decode_job;
 pub(crate) use slots::Slot;
 
 /// A submission's place in the store's order. 0 means "nothing to wait for".

@@ -16,9 +16,9 @@ use std::io;
 use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
+use super::corrupt::Corrupt;
 use super::log::{self, Log};
 use super::page::{self, PageBuilder};
-use super::record::Corrupt;
 use super::slots::Slot;
 use crate::engine::{JobImage, Record};
 

@@ -15,8 +15,8 @@
 
 use sprout_protocol::JobId;
 
+use super::corrupt::Corrupt;
 use super::entry::{self, Entries};
-use super::record::Corrupt;
 use super::slots::Slot;
 use crate::engine::JobImage;
 

@@ -15,12 +15,11 @@
 //! An image starts with a format version, a state with its own tag; anything
 //! that does not decode exactly is reported as corrupt, never guessed at.
 
-use std::fmt;
-
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use sprout_protocol::{JobId, TubeName};
 
+use super::corrupt::Corrupt;
 use super::extras;
 use crate::engine::{JobImage, Stored};
 
@@ -33,16 +32,6 @@ pub const STATE_TAG: u8 = 0xD1;
 /// Version, id, state tag, state value, pri, ttr, delay, created, five
 /// counters, tube name length; then the name.
 const FIXED_LEN: usize = 1 + 8 + 1 + 8 + 4 + 4 + 4 + 8 + 5 * 4 + 1;
-
-/// A stored value that does not decode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Corrupt(pub &'static str);
-
-impl fmt::Display for Corrupt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
 
 /// The length of [`encode_job`]'s output.
 pub fn encoded_len(image: &JobImage) -> usize {

@@ -31,6 +31,7 @@ use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
 use super::absorb;
+use super::corrupt::Corrupt;
 use super::entry::Kind;
 use super::frame;
 use super::journal::{Segment, Start};
@@ -338,7 +339,7 @@ pub fn recover(
                     // sled is past this frame and the job was deleted
                     // since: a later frame of the journal says so.
                     None if commit <= sled_commit => continue,
-                    None => Err(record::Corrupt("a state for a job that is not stored")),
+                    None => Err(Corrupt("a state for a job that is not stored")),
                 },
                 Kind::Tombstone => Ok(None),
             };

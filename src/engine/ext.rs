@@ -61,32 +61,9 @@ use sprout_protocol::{DupState, JobId, Response, TagName, Tags, TubeName};
 
 use super::heap::ByPriority;
 use super::job::State;
-use super::journal::JobImage;
+use super::journal::{Extras, JobImage};
 use super::room::Change;
 use super::{ConnId, Engine, Record, Time, MICROS_PER_SECOND};
-
-/// What a job's records carry beyond beanstalkd's fields.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Extras {
-    pub tags: Tags,
-    /// The job was deleted under an `idp:` TTL: the record keeps its key
-    /// deduplicating until this moment, and is no job any more.
-    pub cooling_until: Option<Time>,
-}
-
-impl Extras {
-    /// The most bytes a store spends on them (`store/extras.rs` is held to
-    /// it): a flags byte, each name with a length byte, each number in
-    /// 4 bytes, the cooldown in 8.
-    pub fn max_len(&self) -> usize {
-        let t = &self.tags;
-        1 + t.idp.as_ref().map_or(0, |(k, _)| 1 + k.len() + 4)
-            + t.grp.as_ref().map_or(0, |g| 1 + g.len())
-            + t.aft.as_ref().map_or(0, |g| 1 + g.len())
-            + t.con.as_ref().map_or(0, |(k, _)| 1 + k.len() + 4)
-            + self.cooling_until.map_or(0, |_| 8)
-    }
-}
 
 /// The engine's state for tagged jobs.
 #[derive(Default)]

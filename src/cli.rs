@@ -305,6 +305,10 @@ impl Args {
 }
 
 #[cfg(test)]
+#[path = "cli_bridge_tests.rs"]
+mod bridge_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

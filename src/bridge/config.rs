@@ -315,7 +315,7 @@ pub struct Node {
     /// Where it is; for a Sentinel master, only its database and
     /// credentials count (the sentinels say where it is).
     pub info: redis::ConnectionInfo,
-    pub sentinel: Option<super::sentinel::Sentinel>,
+    pub sentinel: Option<Sentinel>,
     /// A Redis Cluster, found from this node.
     pub cluster: bool,
 }
@@ -323,6 +323,36 @@ pub struct Node {
 impl Node {
     pub fn db(&self) -> i64 {
         self.info.redis.db
+    }
+}
+
+/// The sentinels of one master.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sentinel {
+    /// `HOST:PORT` of each sentinel.
+    pub sentinels: Vec<String>,
+    pub master: String,
+}
+
+impl Sentinel {
+    /// From `redis://HOST:PORT[,HOST:PORT…]/MASTER_NAME`.
+    pub fn parse(url: &str) -> Result<Sentinel, String> {
+        let bad =
+            || format!("bad --redis-sentinel {url:?}: redis://HOST:PORT[,HOST:PORT]/MASTER_NAME");
+        let rest = url.strip_prefix("redis://").ok_or_else(bad)?;
+        let (hosts, master) = rest.split_once('/').ok_or_else(bad)?;
+        let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+        let valid = |h: &String| {
+            h.rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        };
+        if master.is_empty() || master.contains('/') || !sentinels.iter().all(valid) {
+            return Err(bad());
+        }
+        Ok(Sentinel {
+            sentinels,
+            master: master.to_owned(),
+        })
     }
 }
 
@@ -465,8 +495,7 @@ impl Config {
 /// The node of a `--redis-sentinel` URL (database 0), given as `flag`.
 fn sentinel_node(url: &str, flag: &str) -> Result<Node, String> {
     // Sentinel::parse names the subcommand's flag.
-    let sentinel = super::sentinel::Sentinel::parse(url)
-        .map_err(|e| e.replacen("--redis-sentinel", flag, 1))?;
+    let sentinel = Sentinel::parse(url).map_err(|e| e.replacen("--redis-sentinel", flag, 1))?;
     let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/0")
         .map_err(|e| e.to_string())?;
     Ok(Node {
@@ -534,324 +563,19 @@ mod tests {
         assert!(on_urls(&urls, "t", &pats, &precheck(3_600_001)).is_err());
     }
 
-    /// A directory of its own under the system's temporary one, removed on
-    /// drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Scratch {
-            let dir = std::env::temp_dir().join(format!(
-                "sprout-config-{name}-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn parse(words: &[&str]) -> Result<crate::cli::Args, clap::Error> {
-        use clap::Parser;
-        crate::cli::Args::try_parse_from(std::iter::once("sprout").chain(words.iter().copied()))
-    }
-
-    /// `sprout bridge WORDS`.
-    fn subcommand(words: &[&str]) -> Result<Config, String> {
-        let mut argv = vec!["bridge"];
-        argv.extend_from_slice(words);
-        match parse(&argv).map_err(|e| e.to_string())?.command {
-            Some(crate::cli::Mode::Bridge(args)) => Config::from_args(&args),
-            other => panic!("not the bridge subcommand: {other:?}"),
-        }
-    }
-
-    /// `sprout WORDS`, the server with the embedded bridge.
-    fn embedded(words: &[&str]) -> Result<Config, String> {
-        let args = parse(words).map_err(|e| e.to_string())?;
-        Config::from_embedded(&args.bridge, args.binlog_dir.as_deref())
-            .unwrap_or_else(|| Err("no embedded bridge".into()))
-    }
-
-    /// Each source, alone and together, and every option: the embedded
-    /// flags mean what the subcommand's mean, down to the nodes' order.
     #[test]
-    fn embedded_flags_make_the_subcommands_config() {
-        let dir = Scratch::new("same");
-        let yaml = dir.0.join("nutcracker.yml");
-        std::fs::write(
-            &yaml,
-            "alpha:\n  listen: 127.0.0.1:22121\n  redis: true\n  redis_db: 2\n  servers:\n   \
-             - 127.0.0.1:7001:1 a\n   - 127.0.0.1:7002:1 b\n",
-        )
-        .unwrap();
-        let yaml = yaml.to_str().unwrap();
-        let state = dir.0.join("state");
-        let state = state.to_str().unwrap();
-        let binlog = dir.0.join("binlog");
-        let binlog = binlog.to_str().unwrap();
-        let default_state = format!("{binlog}/bridge");
-        let common = |state: &str| -> Vec<String> {
-            [
-                "--tube",
-                "offline",
-                "--match",
-                "dev:*",
-                "--match",
-                "x:?",
-                "--state-dir",
-                state,
-            ]
-            .map(String::from)
-            .to_vec()
-        };
-        let options = [
-            "--no-pubsub",
-            "--scan-interval",
-            "2.5",
-            "--with-value",
-            "--delete-on-fire",
-            "--precheck-ms",
-            "250",
-            "--pri",
-            "7",
-            "--ttr",
-            "9",
-        ];
-        let table: &[(&str, &[&str], &[&str])] = &[
-            ("redis", &["--redis", "redis://127.0.0.1:6379/1"], &[]),
-            (
-                "several redis",
-                &[
-                    "--redis",
-                    "redis://127.0.0.1:6379/1",
-                    "--redis",
-                    "redis://h:1/0",
-                ],
-                &[],
-            ),
-            ("twemproxy", &["--twemproxy-config", yaml], &[]),
-            (
-                "sentinels",
-                &[
-                    "--redis-sentinel",
-                    "redis://127.0.0.1:26379,127.0.0.1:26380/mymaster",
-                    "--redis-sentinel",
-                    "redis://s:26379/other",
-                ],
-                &[],
-            ),
-            (
-                "clusters",
-                &[
-                    "--redis-cluster",
-                    "redis://127.0.0.1:7000",
-                    "--redis-cluster",
-                    "redis://c:1",
-                ],
-                &[],
-            ),
-            (
-                "all four, with every option",
-                &[
-                    "--redis-sentinel",
-                    "redis://s:26379/m",
-                    "--redis-cluster",
-                    "redis://c:7000",
-                    "--twemproxy-config",
-                    yaml,
-                    "--redis",
-                    "redis://r:6379/4",
-                ],
-                &options,
-            ),
-        ];
-        for (what, sources, opts) in table {
-            for state_dir in [Some(state), None] {
-                // The subcommand's words: sources, then the rest.
-                let sub_state = state_dir.unwrap_or(&default_state);
-                let mut sub: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
-                sub.extend(common(sub_state));
-                sub.extend(opts.iter().map(|s| s.to_string()));
-                // The same with the embedded spelling; without
-                // --bridge-state-dir, -b's DIR/bridge.
-                let mut emb: Vec<String> = vec!["-b".into(), binlog.into()];
-                let mut given = sub.iter();
-                while let Some(word) = given.next() {
-                    match word.strip_prefix("--") {
-                        Some("state-dir") if state_dir.is_none() => {
-                            given.next();
-                        }
-                        Some(name) => emb.push(Front::Embedded.flag(name)),
-                        None => emb.push(word.clone()),
-                    }
-                }
-                fn words(v: &[String]) -> Vec<&str> {
-                    v.iter().map(String::as_str).collect()
-                }
-                let want = subcommand(&words(&sub)).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let got = embedded(&words(&emb)).unwrap_or_else(|e| panic!("{what}: {emb:?}: {e}"));
-                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{what}: {emb:?}");
-            }
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let s = Sentinel::parse("redis://10.0.0.1:26379,10.0.0.2:26380/orders").unwrap();
+        assert_eq!(s.sentinels, ["10.0.0.1:26379", "10.0.0.2:26380"]);
+        assert_eq!(s.master, "orders");
+        for bad in [
+            "redis://10.0.0.1:26379",
+            "redis://10.0.0.1:26379/",
+            "redis://10.0.0.1/orders",
+            "sentinel://10.0.0.1:26379/orders",
+            "redis://10.0.0.1:26379/a/b",
+        ] {
+            assert!(Sentinel::parse(bad).is_err(), "{bad}");
         }
-        // The order timers name nodes by, whatever the order of the flags.
-        let all = subcommand(
-            &[
-                table[5].1,
-                &common(state).iter().map(String::as_str).collect::<Vec<_>>(),
-            ]
-            .concat(),
-        )
-        .unwrap();
-        let kinds: Vec<_> = all
-            .nodes
-            .iter()
-            .map(|n| (n.url.as_str(), n.cluster, n.sentinel.is_some()))
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                ("redis://r:6379/4", false, false),
-                ("redis://127.0.0.1:7001/2", false, false),
-                ("redis://127.0.0.1:7002/2", false, false),
-                ("redis://c:7000", true, false),
-                ("redis://s:26379/m", false, true),
-            ]
-        );
-    }
-
-    /// What each bad combination of embedded flags is told, naming the
-    /// flags as given.
-    #[test]
-    fn bad_embedded_flags_are_named() {
-        let dir = Scratch::new("bad");
-        let b = dir.0.to_str().unwrap();
-        let missing = dir.0.join("missing.yml");
-        let missing = missing.to_str().unwrap();
-        let table: &[(&[&str], &str)] = &[
-            // No source: clap refuses the others.
-            (
-                &["-b", b, "--bridge-tube", "t", "--bridge-match", "*"],
-                "--redis-bridge",
-            ),
-            (&["-b", b, "--bridge-match", "*"], "--bridge-redis-cluster"),
-            (
-                &["-b", b, "--bridge-no-pubsub"],
-                "--bridge-twemproxy-config",
-            ),
-            // A source without its tube or its home.
-            (
-                &["-b", b, "--bridge-redis-cluster", "redis://c:1"],
-                "--bridge-redis-cluster needs --bridge-tube",
-            ),
-            (
-                &["-b", b, "--redis-bridge", "redis://r:1"],
-                "--redis-bridge needs --bridge-tube",
-            ),
-            (
-                &[
-                    "--bridge-redis-sentinel",
-                    "redis://s:1/m",
-                    "--bridge-tube",
-                    "t",
-                    "--bridge-match",
-                    "*",
-                ],
-                "--bridge-redis-sentinel needs -b DIR (or --bridge-state-dir)",
-            ),
-            (
-                &[
-                    "-b",
-                    b,
-                    "--bridge-twemproxy-config",
-                    missing,
-                    "--bridge-tube",
-                    "t",
-                ],
-                "give at least one key pattern to match (--bridge-match)",
-            ),
-            // A source or an option the bridge cannot read.
-            (
-                &[
-                    "-b",
-                    b,
-                    "--bridge-twemproxy-config",
-                    missing,
-                    "--bridge-tube",
-                    "t",
-                    "--bridge-match",
-                    "*",
-                ],
-                "cannot read --bridge-twemproxy-config",
-            ),
-            (
-                &[
-                    "-b",
-                    b,
-                    "--bridge-redis-sentinel",
-                    "redis://s/m",
-                    "--bridge-tube",
-                    "t",
-                    "--bridge-match",
-                    "*",
-                ],
-                "bad --bridge-redis-sentinel \"redis://s/m\"",
-            ),
-            (
-                &[
-                    "-b",
-                    b,
-                    "--bridge-redis-cluster",
-                    "nope://",
-                    "--bridge-tube",
-                    "t",
-                    "--bridge-match",
-                    "*",
-                ],
-                "bad Redis URL \"nope://\"",
-            ),
-            (
-                &[
-                    "-b",
-                    b,
-                    "--redis-bridge",
-                    "redis://r:1",
-                    "--bridge-tube",
-                    "t",
-                    "--bridge-match",
-                    "*",
-                    "--bridge-scan-interval",
-                    "0",
-                ],
-                "--bridge-scan-interval must be positive",
-            ),
-        ];
-        for (words, want) in table {
-            let err = embedded(words).expect_err(want);
-            assert!(err.contains(want), "{words:?}: {err}");
-        }
-        // None of the sources: no embedded bridge, and no error.
-        let args = parse(&["-b", b]).unwrap();
-        assert!(Config::from_embedded(&args.bridge, args.binlog_dir.as_deref()).is_none());
-        // The subcommand names its own flags.
-        let err = subcommand(&[
-            "--redis-sentinel",
-            "redis://s/m",
-            "--tube",
-            "t",
-            "--match",
-            "*",
-            "--state-dir",
-            b,
-        ])
-        .unwrap_err();
-        assert!(err.contains("bad --redis-sentinel"), "{err}");
-        let err = subcommand(&["--tube", "t", "--match", "*", "--state-dir", b]).unwrap_err();
-        assert!(err.contains("--redis"), "{err}");
     }
 }

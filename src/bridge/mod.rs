@@ -372,7 +372,7 @@ async fn connect_redis(node: &config::Node, pubsub: bool) -> io::Result<Redis> {
     loop {
         let connected = match &node.sentinel {
             None => Redis::connect(node, pubsub).await,
-            Some(s) => match s.master_addr().await {
+            Some(s) => match sentinel::master_addr(s).await {
                 Ok((host, port)) => {
                     tracing::info!(node = %node.url, "Sentinel: the master {} is at {host}:{port}", s.master);
                     Redis::connect_to(sentinel::at(&node.info, &host, port), pubsub).await

@@ -20,59 +20,30 @@ use futures_util::StreamExt;
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult};
 
 use super::clock::now_ms;
+use super::config::Sentinel;
 use super::redis_side::Redis;
 use super::triggers::Triggers;
 
 /// How often the sentinels are asked besides `+switch-master`.
 pub const POLL: Duration = Duration::from_secs(1);
 
-/// The sentinels of one master.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sentinel {
-    /// `HOST:PORT` of each sentinel.
-    pub sentinels: Vec<String>,
-    pub master: String,
-}
-
-impl Sentinel {
-    /// From `redis://HOST:PORT[,HOST:PORT…]/MASTER_NAME`.
-    pub fn parse(url: &str) -> Result<Sentinel, String> {
-        let bad =
-            || format!("bad --redis-sentinel {url:?}: redis://HOST:PORT[,HOST:PORT]/MASTER_NAME");
-        let rest = url.strip_prefix("redis://").ok_or_else(bad)?;
-        let (hosts, master) = rest.split_once('/').ok_or_else(bad)?;
-        let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
-        let valid = |h: &String| {
-            h.rsplit_once(':')
-                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-        };
-        if master.is_empty() || master.contains('/') || !sentinels.iter().all(valid) {
-            return Err(bad());
-        }
-        Ok(Sentinel {
-            sentinels,
-            master: master.to_owned(),
-        })
-    }
-
-    /// The master's address now, from the first sentinel that knows it.
-    pub async fn master_addr(&self) -> RedisResult<(String, u16)> {
-        let mut last = None;
-        for s in &self.sentinels {
-            match ask(s, &self.master).await {
-                Ok(Some(addr)) => return Ok(addr),
-                Ok(None) => {
-                    last = Some(redis::RedisError::from((
-                        redis::ErrorKind::ResponseError,
-                        "the sentinel does not know the master",
-                        format!("{} at {s}", self.master),
-                    )))
-                }
-                Err(e) => last = Some(e),
+/// The master's address now, from the first sentinel that knows it.
+pub async fn master_addr(sentinel: &Sentinel) -> RedisResult<(String, u16)> {
+    let mut last = None;
+    for s in &sentinel.sentinels {
+        match ask(s, &sentinel.master).await {
+            Ok(Some(addr)) => return Ok(addr),
+            Ok(None) => {
+                last = Some(redis::RedisError::from((
+                    redis::ErrorKind::ResponseError,
+                    "the sentinel does not know the master",
+                    format!("{} at {s}", sentinel.master),
+                )))
             }
+            Err(e) => last = Some(e),
         }
-        Err(last.unwrap_or_else(|| (redis::ErrorKind::ClientError, "no sentinel").into()))
     }
+    Err(last.unwrap_or_else(|| (redis::ErrorKind::ClientError, "no sentinel").into()))
 }
 
 async fn ask(sentinel: &str, master: &str) -> RedisResult<Option<(String, u16)>> {
@@ -143,7 +114,7 @@ async fn check(
     triggers: &Triggers,
     pubsub: bool,
 ) {
-    let (host, port) = match sentinel.master_addr().await {
+    let (host, port) = match master_addr(sentinel).await {
         Ok(addr) => addr,
         Err(e) => {
             tracing::warn!(master = %sentinel.master, error = %e, "cannot ask the sentinels");
@@ -180,25 +151,4 @@ async fn switch_messages(
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe("+switch-master").await?;
     Ok(pubsub.into_on_message())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sentinel_urls_name_the_sentinels_and_the_master() {
-        let s = Sentinel::parse("redis://10.0.0.1:26379,10.0.0.2:26380/orders").unwrap();
-        assert_eq!(s.sentinels, ["10.0.0.1:26379", "10.0.0.2:26380"]);
-        assert_eq!(s.master, "orders");
-        for bad in [
-            "redis://10.0.0.1:26379",
-            "redis://10.0.0.1:26379/",
-            "redis://10.0.0.1/orders",
-            "sentinel://10.0.0.1:26379/orders",
-            "redis://10.0.0.1:26379/a/b",
-        ] {
-            assert!(Sentinel::parse(bad).is_err(), "{bad}");
-        }
-    }
 }

@@ -460,6 +460,7 @@ fn stats_job(e: &Engine, id: JobId) -> Response {
                 counts,
                 &e.tubes[job.tube].name,
                 file,
+                e.tags_of(slot),
                 e.now,
             ))
         }

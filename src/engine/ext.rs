@@ -318,14 +318,19 @@ impl Engine {
         Response::Ok(doc.into())
     }
 
+    /// The tags of job `slot` (`None` for an untagged job).
+    pub(super) fn tags_of(&self, slot: u32) -> Option<&Tags> {
+        match self.jobs[slot].tagged {
+            false => None,
+            true => Some(self.ext.tags.get(&slot).expect("a tagged job's tags")),
+        }
+    }
+
     /// The records' extras of job `slot` (`None` for an untagged job).
     pub(super) fn extras(&self, slot: u32) -> Option<Box<Extras>> {
-        if !self.jobs[slot].tagged {
-            return None;
-        }
-        let tags = self.ext.tags.get(&slot).expect("a tagged job's tags");
+        let tags = self.tags_of(slot)?;
         Some(Box::new(Extras {
-            tags: (**tags).clone(),
+            tags: tags.clone(),
             cooling_until: None,
         }))
     }

@@ -133,3 +133,43 @@ fn con_keys_count_reservations_across_tubes() {
         "{woken:?}"
     );
 }
+
+/// A tagged job's `stats-job` ends with its tags under tuber's names; an
+/// untagged one's is beanstalkd's document with nothing added.
+#[test]
+fn stats_job_lists_a_tagged_jobs_tags() {
+    let mut e = engine_with(false);
+    let c = e.connect();
+    let doc = |e: &mut Engine, id| match reply(e, c, C::StatsJob(id), S) {
+        R::Ok(doc) => String::from_utf8(doc.to_vec()).unwrap(),
+        other => panic!("expected a document, got {other:?}"),
+    };
+    let plain = put(&mut e, c, None, 0);
+    let R::Inserted(plain) = plain else {
+        panic!("{plain:?}")
+    };
+    assert!(doc(&mut e, plain).ends_with("\nkicks: 0\n"));
+    let all = Tags {
+        grp: Some("g1".into()),
+        aft: Some("g0".into()),
+        ..tags(Some(("k", 30)), Some(("c", 3)))
+    };
+    for (t, tail) in [
+        (
+            all,
+            "kicks: 0\nidempotency-key: k\nidempotency-ttl: 30\ngroup: g1\nafter-group: g0\n\
+             concurrency-key: c\nconcurrency-limit: 3\n",
+        ),
+        (
+            tags(None, Some(("solo", 1))),
+            "kicks: 0\nidempotency-key: \nidempotency-ttl: 0\ngroup: \nafter-group: \n\
+             concurrency-key: solo\nconcurrency-limit: 1\n",
+        ),
+    ] {
+        let R::Inserted(id) = put(&mut e, c, Some(t), 0) else {
+            panic!()
+        };
+        let d = doc(&mut e, id);
+        assert!(d.ends_with(tail), "{d}");
+    }
+}

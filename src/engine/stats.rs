@@ -11,7 +11,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use sprout_protocol::{Op, TubeName};
+use sprout_protocol::{Op, Tags, TubeName};
 
 use super::counts::Counts;
 use super::host::{self, Host};
@@ -190,8 +190,17 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     finish(out)
 }
 
-/// The `stats-job` document.
-pub(super) fn job(job: &Job, counts: Counts, tube: &TubeName, file: u64, now: Time) -> Bytes {
+/// The `stats-job` document: beanstalkd's keys, then, for a tagged job
+/// only, its tags under tuber's key names (an untagged job's document
+/// stays byte for byte beanstalkd's; tuber lists the tag keys empty).
+pub(super) fn job(
+    job: &Job,
+    counts: Counts,
+    tube: &TubeName,
+    file: u64,
+    tags: Option<&Tags>,
+    now: Time,
+) -> Bytes {
     let time_left = match job.state() {
         State::Reserved | State::Delayed => seconds_between(now, job.deadline),
         State::Ready | State::Buried => 0,
@@ -216,6 +225,17 @@ pub(super) fn job(job: &Job, counts: Counts, tube: &TubeName, file: u64, now: Ti
         counts.buries,
         counts.kicks,
     );
+    if let Some(t) = tags {
+        let (idp, idp_ttl) = t.idp.as_ref().map_or(("", 0), |(k, ttl)| (&**k, *ttl));
+        let (con, con_limit) = t.con.as_ref().map_or(("", 0), |(k, n)| (&**k, *n));
+        let _ = write!(
+            out,
+            "idempotency-key: {idp}\nidempotency-ttl: {idp_ttl}\ngroup: {}\nafter-group: {}\n\
+             concurrency-key: {con}\nconcurrency-limit: {con_limit}\n",
+            t.grp.as_ref().map_or("", |g| &**g),
+            t.aft.as_ref().map_or("", |g| &**g),
+        );
+    }
     finish(out)
 }
 

@@ -10,7 +10,6 @@
 
 use sprout_protocol::{Command, JobId, Response, TubeName, MAX_BATCH};
 
-use super::heap::ByPriority;
 use super::{commands, ConnId, Engine, Outcome};
 
 /// Jobs a `flush-tube` step deletes under one hold of the lock: about a
@@ -25,14 +24,7 @@ pub(super) fn reserve_batch(e: &mut Engine, conn: ConnId, n: u32) -> Response {
     e.set_worker(conn);
     let mut jobs = Vec::new();
     while jobs.len() < (n as usize).min(MAX_BATCH) {
-        let c = &e.conns[&conn];
-        let best = c
-            .watch
-            .iter()
-            .filter(|&&t| !e.tubes[t].is_paused())
-            .filter_map(|&t| e.ready_top(t))
-            .min_by_key(|entry| entry.key());
-        let Some(ByPriority { slot, .. }) = best else {
+        let Some(slot) = e.best_ready(conn) else {
             break;
         };
         e.take_out(slot);

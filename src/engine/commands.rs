@@ -16,7 +16,6 @@ use sprout_protocol::{Command, JobId, Response, TubeName};
 
 use super::conn::Wait;
 use super::counts::Counter;
-use super::heap::ByPriority;
 use super::job::{Job, State};
 use super::room::Change;
 use super::timers::TimerKey;
@@ -206,13 +205,7 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
     if c.deadline_soon(e.now) && !ready {
         return Outcome::Reply(Response::DeadlineSoon);
     }
-    let best = c
-        .watch
-        .iter()
-        .filter(|&&t| !e.tubes[t].is_paused())
-        .filter_map(|&t| e.ready_top(t))
-        .min_by_key(|entry| entry.key());
-    if let Some(ByPriority { slot, .. }) = best {
+    if let Some(slot) = e.best_ready(conn) {
         e.take_out(slot);
         e.make_reserved(conn, slot);
         return Outcome::Reply(e.reserved_reply(slot));

@@ -605,6 +605,18 @@ impl Engine {
         }
     }
 
+    /// The job a reserve by `conn` gets now: the most urgent ready job of
+    /// the unpaused tubes it watches (`con:` limits respected, `ready_top`).
+    fn best_ready(&self, conn: ConnId) -> Option<u32> {
+        self.conns[&conn]
+            .watch
+            .iter()
+            .filter(|&&t| !self.tubes[t].is_paused())
+            .filter_map(|&t| self.ready_top(t))
+            .min_by_key(|entry| entry.key())
+            .map(|entry| entry.slot)
+    }
+
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).
     fn start_ttr(&mut self, conn: ConnId, slot: u32) {
         let job = &mut self.jobs[slot];
@@ -621,24 +633,14 @@ impl Engine {
         if !self.config.journal {
             return;
         }
+        let image = self.image(slot);
         let job = &self.jobs[slot];
-        let tube = &self.tubes[job.tube].name;
-        let mut image = JobImage::of(
-            job,
-            self.jobs.counts(slot),
-            self.jobs.body_bytes(slot),
-            tube,
-        );
-        let change = match job.tagged {
-            false => Change::Put {
+        let change = match &image.ext {
+            None => Change::Put {
                 body: job.body.len(),
-                tube: tube.as_bytes().len(),
+                tube: image.tube.as_bytes().len(),
             },
-            true => {
-                image.ext = self.extras(slot);
-                let tags = image.ext.as_ref().map(|x| &x.tags);
-                self.put_change(job.tube, job.body.len(), tags)
-            }
+            Some(ext) => self.put_change(job.tube, job.body.len(), Some(&ext.tags)),
         };
         self.room.charge(change);
         self.journal.push(Record::Put(image));
@@ -651,22 +653,27 @@ impl Engine {
         if !self.config.journal {
             return;
         }
-        let job = &self.jobs[slot];
-        let tube = &self.tubes[job.tube].name;
-        let mut image = JobImage::of(
-            job,
-            self.jobs.counts(slot),
-            self.jobs.body_bytes(slot),
-            tube,
-        );
-        let mut tube = tube.as_bytes().len();
-        if job.tagged {
-            image.ext = self.extras(slot);
+        let image = self.image(slot);
+        let mut tube = image.tube.as_bytes().len();
+        if image.ext.is_some() {
             tube += self.extras_len(slot);
         }
         self.room.charge(Change::Update { tube });
         self.journal.push(Record::Update(image));
         self.written_to_file(slot);
+    }
+
+    /// Job `slot` as its records hold it, tags included.
+    fn image(&self, slot: u32) -> JobImage {
+        let job = &self.jobs[slot];
+        let mut image = JobImage::of(
+            job,
+            self.jobs.counts(slot),
+            self.jobs.body_bytes(slot),
+            &self.tubes[job.tube].name,
+        );
+        image.ext = self.extras(slot);
+        image
     }
 
     /// Job `slot`'s latest record goes to the current journal file.

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::percent;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -114,7 +115,7 @@ pub fn run(args: &AdminArgs) -> ExitCode {
 type Request = (&'static str, String, Option<Value>);
 
 fn request(command: &AdminCommand) -> Request {
-    let tube_path = |tube: &str, rest: &str| format!("/api/tubes/{}{rest}", encode(tube));
+    let tube_path = |tube: &str, rest: &str| format!("/api/tubes/{}{rest}", percent::encode(tube));
     match command {
         AdminCommand::Server => ("GET", "/api/server".into(), None),
         AdminCommand::Tubes => ("GET", "/api/tubes".into(), None),
@@ -124,13 +125,13 @@ fn request(command: &AdminCommand) -> Request {
             limit,
             after,
         } => {
-            let mut query = format!("?state={}&limit={limit}", encode(state));
+            let mut query = format!("?state={}&limit={limit}", percent::encode(state));
             if let Some(after) = after {
-                query.push_str(&format!("&after={}", encode(after)));
+                query.push_str(&format!("&after={}", percent::encode(after)));
             }
             ("GET", tube_path(tube, &format!("/jobs{query}")), None)
         }
-        AdminCommand::Job { id } => ("GET", format!("/api/jobs/{}", encode(id)), None),
+        AdminCommand::Job { id } => ("GET", format!("/api/jobs/{}", percent::encode(id)), None),
         AdminCommand::Kick { tube, bound } => (
             "POST",
             tube_path(tube, "/kick"),
@@ -138,10 +139,12 @@ fn request(command: &AdminCommand) -> Request {
         ),
         AdminCommand::KickJob { id } => (
             "POST",
-            format!("/api/jobs/{}/kick", encode(id)),
+            format!("/api/jobs/{}/kick", percent::encode(id)),
             Some(json!({})),
         ),
-        AdminCommand::Delete { id } => ("DELETE", format!("/api/jobs/{}", encode(id)), None),
+        AdminCommand::Delete { id } => {
+            ("DELETE", format!("/api/jobs/{}", percent::encode(id)), None)
+        }
         AdminCommand::Flush { tube, state } => (
             "POST",
             tube_path(tube, "/flush"),
@@ -338,18 +341,6 @@ fn table(columns: &[(&str, &str)], objects: &[Value]) -> String {
         out.push_str(&line(row));
     }
     out
-}
-
-/// Percent-encodes a path segment or query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

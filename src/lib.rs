@@ -12,7 +12,7 @@
 //! Bottom up; every import points down the list.
 //! * Leaves: the `protocol/` crate (`sprout_protocol`: commands and
 //!   answers, the codec, the exact beanstalkd errors for bad input),
-//!   `alarm` (what wakes the timer thread early), [`service`] (systemd
+//!   `alarm` (what wakes the timer thread early), `percent` (URL encoding), [`service`] (systemd
 //!   readiness and socket activation), [`user`] (`-u`).
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
@@ -105,6 +105,7 @@ pub mod cluster;
 mod connection;
 pub mod engine;
 pub mod http;
+mod percent;
 pub mod server;
 pub mod service;
 mod shared;

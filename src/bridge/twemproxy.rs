@@ -14,6 +14,8 @@
 //! [NAME]` items. Pools with `redis: true` count (the others are
 //! memcached); `redis_db` and `redis_auth` go into each backend's URL.
 
+use crate::percent;
+
 /// The backends' URLs (`redis://[:AUTH@]HOST:PORT/DB`), in the order of
 /// the file, each once; an error names the line it could not read.
 pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
@@ -69,7 +71,7 @@ pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
             let auth = pool
                 .auth
                 .as_ref()
-                .map(|a| format!(":{}@", percent_encode(a)))
+                .map(|a| format!(":{}@", percent::encode(a)))
                 .unwrap_or_default();
             let url = format!("redis://{auth}{addr}/{}", pool.db);
             if !urls.contains(&url) {
@@ -137,18 +139,6 @@ fn unquote(value: &str) -> &str {
     } else {
         value
     }
-}
-
-/// A password as a URL's userinfo may carry it.
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            b => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

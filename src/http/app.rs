@@ -94,12 +94,7 @@ impl App {
         f: impl FnOnce(&mut Engine, u64) -> T,
     ) -> Result<(T, bool), ApiError> {
         let shared = self.server()?;
-        let (value, seq) = {
-            let now = shared.clock.now();
-            let mut state = shared.lock();
-            let value = f(&mut state.engine, now);
-            (value, state.submit())
-        };
+        let (value, seq) = apply(shared, f);
         let failed = !stored(shared, seq, 0).await?;
         Ok((value, failed))
     }
@@ -111,16 +106,20 @@ impl App {
         f: impl FnOnce(&mut Engine, u64) -> Result<JobId, AdminError>,
     ) -> Result<(Result<JobId, AdminError>, bool), ApiError> {
         let shared = self.server()?;
-        let (value, seq) = {
-            let now = shared.clock.now();
-            let mut state = shared.lock();
-            let value = f(&mut state.engine, now);
-            (value, state.submit())
-        };
+        let (value, seq) = apply(shared, f);
         let id_bound = value.as_ref().map_or(0, |id| id + 1);
         let failed = !stored(shared, seq, id_bound).await?;
         Ok((value, failed))
     }
+}
+
+/// Runs `f` on the engine under the lock, with the time now, and submits
+/// the records it made: what it returned, and the submission to wait for.
+fn apply<T>(shared: &Shared, f: impl FnOnce(&mut Engine, u64) -> T) -> (T, Seq) {
+    let now = shared.clock.now();
+    let mut state = shared.lock();
+    let value = f(&mut state.engine, now);
+    (value, state.submit())
 }
 
 /// Waits until an answer that depends on submission `seq` and names no job

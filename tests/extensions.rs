@@ -720,3 +720,50 @@ fn aft_holds_survive_kill_9() {
     c.exchange(b"delete 2\r\n", b"DELETED\r\n");
     c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\na\r\n");
 }
+
+/// sprout has no `reserve-mode` and no weighted `watch` (README
+/// "Extensions": beanstalkd's cross-tube priority order is kept): both
+/// are what beanstalkd answers, so this runs on beanstalkd too, not on
+/// tuber.
+#[test]
+fn no_reserve_mode_or_weighted_watch() {
+    if std::env::var_os("SPROUT_TEST_TUBER").is_some() {
+        eprintln!("skipping no_reserve_mode_or_weighted_watch: tuber has both");
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    // Found by prefix, as beanstalkd finds commands: `reserve` with
+    // trailing text.
+    c.exchange(b"reserve-mode weighted\r\n", b"BAD_FORMAT\r\n");
+    c.exchange(b"reserve-mode fifo\r\n", b"BAD_FORMAT\r\n");
+    c.exchange(b"watch t 5\r\n", b"BAD_FORMAT\r\n");
+    c.exchange(b"list-tubes-watched\r\n", b"OK 14\r\n---\n- default\n\r\n");
+}
+
+/// sprout only (tuber lists the tag keys, empty, for every job, and adds
+/// `time-reserved`): a tagged job's `stats-job` ends with its tags, an
+/// untagged one's is beanstalkd's document.
+#[test]
+fn stats_job_shows_the_tags() {
+    if !sprout_only("stats_job_shows_the_tags") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(b"put 0 0 30 1\r\nx\r\n", b"INSERTED 1\r\n");
+    c.exchange(
+        b"put 0 0 30 1 idp:k:9 grp:g con:c:2\r\nx\r\n",
+        b"INSERTED 2\r\n",
+    );
+    let plain = c.ok_body(b"stats-job 1\r\n");
+    assert!(plain.ends_with("kicks: 0\n"), "{plain}");
+    let tagged = c.ok_body(b"stats-job 2\r\n");
+    assert!(
+        tagged.ends_with(
+            "kicks: 0\nidempotency-key: k\nidempotency-ttl: 9\ngroup: g\nafter-group: \n\
+             concurrency-key: c\nconcurrency-limit: 2\n"
+        ),
+        "{tagged}"
+    );
+}

@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
 
-use super::heap::Entry;
+use super::heap::HeapEntry;
 use super::histogram::Latency;
 use super::job::{Job, State};
 use super::stats;
@@ -236,7 +236,7 @@ impl Engine {
     }
 }
 
-fn heap_page<E: Entry>(entries: &[E], engine: &Engine) -> Vec<(Cursor, u32)> {
+fn heap_page<E: HeapEntry>(entries: &[E], engine: &Engine) -> Vec<(Cursor, u32)> {
     entries
         .iter()
         .map(|&e| {

@@ -31,7 +31,7 @@ use super::table::JobTable;
 const ARITY: usize = 4;
 
 /// A heap entry: a job's slot and a copy of its order key.
-pub(super) trait Entry: Copy + PartialEq {
+pub(super) trait HeapEntry: Copy + PartialEq {
     fn of(job: &Job, slot: u32) -> Self;
     fn slot(self) -> u32;
     /// Whether `self` comes before `other` (entries are never equal).
@@ -55,7 +55,7 @@ impl ByPriority {
     }
 }
 
-impl Entry for ByPriority {
+impl HeapEntry for ByPriority {
     fn of(job: &Job, slot: u32) -> Self {
         ByPriority {
             id: job.id,
@@ -85,7 +85,7 @@ pub(super) struct ByDeadline {
     pub(super) slot: u32,
 }
 
-impl Entry for ByDeadline {
+impl HeapEntry for ByDeadline {
     fn of(job: &Job, slot: u32) -> Self {
         ByDeadline {
             deadline: job.deadline,
@@ -123,7 +123,7 @@ pub(super) struct SlotHeap<E> {
     entries: Vec<E>,
 }
 
-impl<E: Entry> SlotHeap<E> {
+impl<E: HeapEntry> SlotHeap<E> {
     pub(super) fn new() -> SlotHeap<E> {
         SlotHeap {
             entries: Vec::new(),

@@ -21,7 +21,7 @@ use crate::parse::{
     find_line_end, parse_command_line, parse_response_line, BodyKind, CommandLine, LineEnd,
     PutHeader, ResponseHead,
 };
-use crate::{Command, Op, ProtocolError, Rejected, Request, Response, Tags, MAX_LINE_LEN};
+use crate::{Command, JobId, Op, ProtocolError, Rejected, Request, Response, Tags, MAX_LINE_LEN};
 
 /// The most a decoder reserves at once for a body still on its way.
 const MAX_RESERVE: usize = 1 << 20;
@@ -46,10 +46,11 @@ enum ServerState {
     Line,
     /// Dropping an over-long line up to its CRLF.
     Discard,
-    /// Dropping this many more bytes of a too-big body.
-    Skip(u64),
-    /// Waiting for the body of a `put`.
-    Body(PutHeader, Option<Box<Tags>>),
+    /// Dropping this many more bytes of a too-big body (of a `put`, or a
+    /// `fire`: the command the refusal counts as).
+    Skip(u64, Op),
+    /// Waiting for the body of a `put`, or of a `fire` of the job given.
+    Body(PutHeader, Option<Box<Tags>>, Option<JobId>),
 }
 
 impl ServerCodec {
@@ -78,15 +79,22 @@ impl Decoder for ServerCodec {
                     }
                     LineEnd::Found(len) => {
                         let parsed = parse_command_line(&buf[..len - 2], self.max_job_size);
+                        let op = match buf.starts_with(b"fire ") {
+                            true => Op::Fire,
+                            false => Op::Put,
+                        };
                         buf.advance(len);
                         match parsed {
                             CommandLine::Command(command) => return Ok(Some(Ok(command))),
                             CommandLine::Rejected(rejected) => return Ok(Some(Err(rejected))),
                             CommandLine::Put(header, tags) => {
-                                self.state = ServerState::Body(header, tags)
+                                self.state = ServerState::Body(header, tags, None)
+                            }
+                            CommandLine::Fire(id, header) => {
+                                self.state = ServerState::Body(header, None, Some(id))
                             }
                             CommandLine::TooBig { bytes } => {
-                                self.state = ServerState::Skip(u64::from(bytes) + 2)
+                                self.state = ServerState::Skip(u64::from(bytes) + 2, op)
                             }
                         }
                     }
@@ -104,33 +112,39 @@ impl Decoder for ServerCodec {
                         counted: None,
                     })));
                 }
-                ServerState::Skip(left) => {
-                    let left = *left;
+                ServerState::Skip(left, op) => {
+                    let (left, op) = (*left, *op);
                     let n = left.min(buf.len() as u64);
                     buf.advance(n as usize);
                     if n < left {
-                        self.state = ServerState::Skip(left - n);
+                        self.state = ServerState::Skip(left - n, op);
                         return Ok(None);
                     }
                     self.state = ServerState::Line;
-                    return Ok(Some(Err(put_error(ProtocolError::JobTooBig))));
+                    return Ok(Some(Err(body_error(ProtocolError::JobTooBig, op))));
                 }
-                ServerState::Body(header, tags) => {
+                ServerState::Body(header, tags, fire) => {
                     let request = match take_body(buf, header.bytes) {
                         Body::Waiting => return Ok(None),
                         Body::Complete(body) => {
                             let PutHeader {
                                 pri, delay, ttr, ..
                             } = *header;
-                            Ok(Command::Put {
-                                pri,
-                                delay,
-                                ttr,
-                                body,
-                                tags: tags.take(),
+                            Ok(match *fire {
+                                Some(id) => Command::Fire { id, pri, ttr, body },
+                                None => Command::Put {
+                                    pri,
+                                    delay,
+                                    ttr,
+                                    body,
+                                    tags: tags.take(),
+                                },
                             })
                         }
-                        Body::NoCrlf => Err(put_error(ProtocolError::ExpectedCrlf)),
+                        Body::NoCrlf => {
+                            let op = if fire.is_some() { Op::Fire } else { Op::Put };
+                            Err(body_error(ProtocolError::ExpectedCrlf, op))
+                        }
                     };
                     self.state = ServerState::Line;
                     return Ok(Some(request));
@@ -150,11 +164,11 @@ impl Decoder for ServerCodec {
     }
 }
 
-/// A refused `put` that still counts in `cmd-put`.
-fn put_error(error: ProtocolError) -> Rejected {
+/// A refused `put` (or `fire`) that still counts as one.
+fn body_error(error: ProtocolError, op: Op) -> Rejected {
     Rejected {
         error,
-        counted: Some(Op::Put),
+        counted: Some(op),
     }
 }
 
@@ -215,6 +229,9 @@ impl Encoder<Response> for ServerCodec {
 pub struct ClientCodec {
     /// A reply line already read, whose body is still on its way.
     pending: Option<(BodyKind, u32)>,
+    /// A `RESERVED_BATCH` being read: the jobs still to come, and those
+    /// read so far.
+    batch: Option<(u32, Vec<(JobId, Bytes)>)>,
 }
 
 impl ClientCodec {
@@ -232,6 +249,43 @@ impl Decoder for ClientCodec {
     type Error = io::Error;
 
     fn decode(&mut self, buf: &mut BytesMut) -> io::Result<Option<Response>> {
+        loop {
+            let one = self.decode_one(buf)?;
+            let Some((left, jobs)) = &mut self.batch else {
+                return match one {
+                    Some(Batched::Whole(response)) => Ok(Some(response)),
+                    Some(Batched::Start(0)) => Ok(Some(Response::ReservedBatch(Vec::new()))),
+                    Some(Batched::Start(n)) => {
+                        self.batch = Some((n, Vec::with_capacity(n.min(1000) as usize)));
+                        continue;
+                    }
+                    None => Ok(None),
+                };
+            };
+            match one {
+                None => return Ok(None),
+                Some(Batched::Whole(Response::Reserved { id, body })) => {
+                    jobs.push((id, body));
+                    *left -= 1;
+                    if *left == 0 {
+                        let (_, jobs) = self.batch.take().expect("a batch");
+                        return Ok(Some(Response::ReservedBatch(jobs)));
+                    }
+                }
+                Some(_) => return Err(malformed()),
+            }
+        }
+    }
+}
+
+/// One reply as read alone: a whole reply, or the start of a batch.
+enum Batched {
+    Whole(Response),
+    Start(u32),
+}
+
+impl ClientCodec {
+    fn decode_one(&mut self, buf: &mut BytesMut) -> io::Result<Option<Batched>> {
         let (kind, bytes) = match self.pending {
             Some(pending) => pending,
             None => {
@@ -243,7 +297,8 @@ impl Decoder for ClientCodec {
                 let head = parse_response_line(&buf[..len - 2]).map_err(|_| malformed())?;
                 buf.advance(len);
                 match head {
-                    ResponseHead::Line(response) => return Ok(Some(response)),
+                    ResponseHead::Line(response) => return Ok(Some(Batched::Whole(response))),
+                    ResponseHead::Batch(n) => return Ok(Some(Batched::Start(n))),
                     ResponseHead::WithBody { kind, bytes } => *self.pending.insert((kind, bytes)),
                 }
             }
@@ -254,7 +309,7 @@ impl Decoder for ClientCodec {
             Body::NoCrlf => return Err(malformed()),
         };
         self.pending = None;
-        Ok(Some(response))
+        Ok(Some(Batched::Whole(response)))
     }
 }
 

@@ -119,6 +119,15 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             dst.put_slice(b"\r\n");
             dst.put_slice(body);
         }
+        Command::Fire { id, pri, ttr, body } => {
+            dst.reserve(body.len() + 2);
+            arg(dst, *id);
+            arg(dst, (*pri).into());
+            arg(dst, ttr.as_secs() + u64::from(ttr.subsec_nanos() > 0));
+            arg(dst, body.len() as u64);
+            dst.put_slice(b"\r\n");
+            dst.put_slice(body);
+        }
         Command::Use(tube)
         | Command::Watch(tube)
         | Command::Ignore(tube)

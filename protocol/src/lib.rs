@@ -27,6 +27,11 @@
 //! and `stats-group` with their replies. A line a classic client sends
 //! reads as before: only well-formed tags are accepted after a `put`'s size,
 //! and the new command words were `BAD_FORMAT` or `UNKNOWN_COMMAND` there.
+//!
+//! sprout's own extension, for its Redis bridge: `fire <id> <pri> <ttr>
+//! <bytes>` and a body, which turns a job the client holds reserved into a
+//! new ready job of the tube it uses, in one step (answered `INSERTED
+//! <id>` with the new job's id). The word was `UNKNOWN_COMMAND` before.
 
 use std::fmt;
 use std::sync::Arc;
@@ -166,6 +171,15 @@ pub enum Command {
     PeekReserved,
     /// `stats-group <name>`.
     StatsGroup(Box<str>),
+    /// `fire <id> <pri> <ttr> <bytes>` + body (sprout's extension): job
+    /// `id`, reserved by this client, is replaced in one step by a new
+    /// ready job of the used tube with this body, priority and TTR.
+    Fire {
+        id: JobId,
+        pri: u32,
+        ttr: Duration,
+        body: Bytes,
+    },
 }
 
 /// The most jobs `reserve-batch` hands out and ids `delete-batch` takes.
@@ -249,11 +263,12 @@ pub enum Op {
     FlushTube,
     PeekReserved,
     StatsGroup,
+    Fire,
 }
 
 impl Op {
     /// Every kind, in a fixed order (usable as an index with `as usize`).
-    pub const ALL: [Op; 30] = [
+    pub const ALL: [Op; 31] = [
         Op::Put,
         Op::Use,
         Op::Reserve,
@@ -284,6 +299,7 @@ impl Op {
         Op::FlushTube,
         Op::PeekReserved,
         Op::StatsGroup,
+        Op::Fire,
     ];
 }
 
@@ -322,6 +338,7 @@ impl Op {
             Op::FlushTube => "flush-tube",
             Op::PeekReserved => "peek-reserved",
             Op::StatsGroup => "stats-group",
+            Op::Fire => "fire",
         }
     }
 }
@@ -359,6 +376,7 @@ impl Command {
             Command::FlushTube(_) => Op::FlushTube,
             Command::PeekReserved => Op::PeekReserved,
             Command::StatsGroup(_) => Op::StatsGroup,
+            Command::Fire { .. } => Op::Fire,
         }
     }
 }

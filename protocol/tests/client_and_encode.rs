@@ -333,8 +333,15 @@ fn tagged_puts_and_the_batch_commands_are_written_byte_for_byte() {
         body: "abc".into(),
         tags: Some(Box::new(tags)),
     };
-    let cases: [(Command, &[u8]); 5] = [
+    let fire = Command::Fire {
+        id: 9,
+        pri: 2,
+        ttr: Duration::from_secs(30),
+        body: "xy".into(),
+    };
+    let cases: [(Command, &[u8]); 6] = [
         (put, b"put 1 0 60 3 idp:k:0 grp:g aft:f con:c:2\r\nabc\r\n"),
+        (fire, b"fire 9 2 30 2\r\nxy\r\n"),
         (Command::ReserveBatch(5), b"reserve-batch 5\r\n"),
         (Command::DeleteBatch(vec![1, 2]), b"delete-batch 1 2\r\n"),
         (Command::FlushTube(tube("t")), b"flush-tube t\r\n"),
@@ -345,4 +352,27 @@ fn tagged_puts_and_the_batch_commands_are_written_byte_for_byte() {
         sprout_protocol::encode::encode_command(&command, &mut dst);
         assert_eq!(&dst[..], bytes, "{command:?}");
     }
+}
+
+#[test]
+fn a_reserved_batch_is_read_as_one_reply() {
+    let mut codec = ClientCodec::new();
+    let mut buf = BytesMut::from(
+        &b"RESERVED_BATCH 0\r\nRESERVED_BATCH 2\r\nRESERVED 2 2\r\nbb\r\nRESERVED 1 1\r\na"[..],
+    );
+    assert_eq!(
+        codec.decode(&mut buf).unwrap(),
+        Some(Response::ReservedBatch(Vec::new()))
+    );
+    // The last body is still on its way.
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    buf.extend_from_slice(b"\r\nDELETED\r\n");
+    assert_eq!(
+        codec.decode(&mut buf).unwrap(),
+        Some(Response::ReservedBatch(vec![
+            (2, "bb".into()),
+            (1, "a".into())
+        ]))
+    );
+    assert_eq!(codec.decode(&mut buf).unwrap(), Some(Response::Deleted));
 }

@@ -838,3 +838,35 @@ fn the_batch_commands_read_like_beanstalkds_own() {
     let line = format!("delete-batch{}\r\n", ids(1001));
     assert!(matches!(&decode(line.as_bytes())[..], [Err(_)]));
 }
+
+#[test]
+fn fire_reads_like_a_put_without_its_delay() {
+    let fire = |id, pri, ttr, body: &'static [u8]| Command::Fire {
+        id,
+        pri,
+        ttr: secs(ttr),
+        body: bytes::Bytes::from_static(body),
+    };
+    assert_eq!(
+        decode(b"fire 7 3 60 5\r\nhello\r\nfire 8 0 0 0\r\n\r\n"),
+        [Ok(fire(7, 3, 60, b"hello")), Ok(fire(8, 0, 0, b""))]
+    );
+    // Its refusals count as fires, not puts; a bad header reads no body.
+    assert_eq!(
+        decode_with(4, b"fire 7 3 60 5\r\nhello\r\n"),
+        [counted(ProtocolError::JobTooBig, Op::Fire)]
+    );
+    assert_eq!(
+        decode(b"fire 7 3 60 2\r\nhello\r\n"),
+        [counted(ProtocolError::ExpectedCrlf, Op::Fire), UNKNOWN]
+    );
+    for bad in [
+        &b"fire 7 3 60\r\n"[..],
+        b"fire 7 3 0.5 1\r\n",
+        b"fire 7 3 60 1 idp:k\r\n",
+        b"fire x 3 60 1\r\n",
+    ] {
+        assert_eq!(decode(bad), [BAD], "{:?}", String::from_utf8_lossy(bad));
+    }
+    assert_eq!(decode(b"fire\r\n"), [UNKNOWN]);
+}

@@ -8,7 +8,8 @@
 //! * [`sync`]: after an event on a key, or when SCAN lists it.
 //! * [`claim`] then [`fire`]: a timer came due; first from the index
 //!   alone (is it still the key's timer?), then from Redis's answer.
-//! * [`echo`]: an `expired` event that needs no Redis read at all.
+//! * [`echo`]: an `expired` event that needs no Redis read at all (the
+//!   index knows the key).
 //! * [`timer_due`]: when a timer comes due (at the deadline, or a
 //!   `--precheck-ms` lead before it for a last look).
 //! * [`is_timer_of`]: whether a timer job is the one the index names.
@@ -95,14 +96,18 @@ pub fn sync(hint: Hint, current: Option<Entry>, read: Reading, now_ms: i64) -> S
     }
 }
 
-/// Only Redis's `expired` event asked, and the key's expiry was
-/// delivered: the event is the echo of that delivery (the bridge's own
-/// check at the deadline made Redis delete the key), so there is nothing
-/// to read. A key written again after it expired has events of its own,
-/// queued behind this one, which do read Redis. `current` is only looked
-/// up when the hint leaves the question open.
+/// Only Redis's `expired` event asked, and the index knows the key: there
+/// is nothing to read. Its expiry was delivered (the event is the echo of
+/// that delivery: the bridge's own check at the deadline made Redis delete
+/// the key), or its timer is due and firing (the echo arrives before the
+/// fire is done: every expiry, read once more, would cost a Redis command
+/// each), or it was cancelled; Redis's `Gone` would leave each of them as
+/// it is ([`sync`]), and a key written again after it expired has events
+/// of its own, queued behind this one, which do read Redis. Only a key
+/// the index does not know is read: it expired before the bridge saw it.
+/// `current` is only looked up when the hint leaves the question open.
 pub fn echo(hint: Hint, current: impl FnOnce() -> Option<Entry>) -> bool {
-    hint.expired && !hint.changed && !hint.verify && current().is_some_and(Entry::is_delivered)
+    hint.expired && !hint.changed && !hint.verify && current().is_some()
 }
 
 /// What the index says about a due timer, before Redis is asked.

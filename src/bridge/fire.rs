@@ -1,8 +1,11 @@
-//! The firing workers: each blocks in `reserve` on the timer tube, then
-//! takes every other timer already due (pipelined `reserve-with-timeout
-//! 0`, up to [`BATCH`]) and hands them to [`Registry::fire`] together.
+//! The firing workers: each takes the timers already due from the timer
+//! tube, up to [`BATCH`] (one `reserve-batch` on a sprout; on a classic
+//! beanstalkd pipelined `reserve-with-timeout 0`), blocking in `reserve`
+//! only when none is, and hands them to [`Registry::fire`] together.
 //! Several run at once, each with its own connections, so deliveries due
-//! together go out in parallel.
+//! together go out in parallel. A worker's `timers` connection watches the
+//! timer tube and uses the delivery tube (a sprout's `fire` puts there),
+//! its `arms` connection uses the timer tube (timers re-armed on firing).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,11 +25,12 @@ pub const BATCH: usize = 256;
 /// `reserve-with-timeout 0` sent in the first pipeline after a reserve.
 const GRAB_FIRST: usize = 2;
 
-/// Runs one worker: `timers` watches and uses the timer tube, `out` uses
-/// the delivery tube.
-pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session) {
+/// Runs one worker: `timers` watches the timer tube and uses the delivery
+/// tube, `arms` uses the timer tube.
+pub async fn work(registry: Arc<Registry>, mut timers: Session, mut arms: Session) {
+    let batched = registry.fires();
     loop {
-        let mut dues = match reserve(&mut timers).await {
+        let mut dues = match reserve(&mut timers, batched).await {
             Ok(dues) => dues,
             Err(e) => {
                 recover(&mut timers, e.into()).await;
@@ -44,7 +48,7 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session
             });
             dues = later;
             loop {
-                match registry.fire(&mut timers, &mut out, &now).await {
+                match registry.fire(&mut timers, &mut arms, &now).await {
                     Ok(()) => break,
                     Err(Failure::Server(e)) => {
                         // Whichever connection failed, drop both: the
@@ -52,7 +56,7 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session
                         // the timers out again, to be decided afresh.
                         tracing::warn!(error = %e, "firing failed; the timers will come back");
                         timers.reset();
-                        out.reset();
+                        arms.reset();
                         tokio::time::sleep(RETRY_PAUSE).await;
                         dues.clear();
                         break;
@@ -64,10 +68,10 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut out: Session
     }
 }
 
-/// Waits for one due timer, then takes those already due with it.
-async fn reserve(timers: &mut Session) -> crate::client::Result<Vec<Due>> {
+/// Takes the timers already due, or waits for one and takes those due
+/// with it. `batched`: the server takes `reserve-batch`.
+async fn reserve(timers: &mut Session, batched: bool) -> crate::client::Result<Vec<Due>> {
     let conn = timers.conn().await;
-    let first = conn.reserve().await?;
     let mut dues = Vec::new();
     let mut foreign = Vec::new();
     let take =
@@ -75,6 +79,36 @@ async fn reserve(timers: &mut Session) -> crate::client::Result<Vec<Due>> {
             Some(timer) => dues.push(Due { id, timer }),
             None => foreign.push(id),
         };
+    if batched {
+        // Under load the batch is all there is to it: one command.
+        let mut waited = false;
+        loop {
+            let want = BATCH - dues.len() - foreign.len();
+            let got = match conn.request(&Command::ReserveBatch(want as u32)).await? {
+                Response::ReservedBatch(jobs) => jobs,
+                other => return Err(crate::client::Error::Reply(other)),
+            };
+            let all = got.len() == want;
+            for (id, body) in got {
+                take(id, &body, &mut dues, &mut foreign);
+            }
+            if !dues.is_empty() || !foreign.is_empty() || waited {
+                if !all || dues.len() + foreign.len() >= BATCH {
+                    break;
+                }
+                continue;
+            }
+            let first = conn.reserve().await?;
+            take(first.id, &first.body, &mut dues, &mut foreign);
+            waited = true;
+        }
+        for id in foreign {
+            tracing::warn!(id, "not a bridge timer; burying it");
+            conn.bury(id, 0).await?;
+        }
+        return Ok(dues);
+    }
+    let first = conn.reserve().await?;
     take(first.id, &first.body, &mut dues, &mut foreign);
     // Ask for a few more, doubling while every one comes back reserved:
     // a lone due timer costs one extra command, a burst a few pipelines.

@@ -45,8 +45,9 @@
 //! the key) is not taken for an expiry the bridge never saw. Marks older
 //! than [`MARK_KEEP_MS`] are swept.
 //!
-//! Submodules: [`record`] (the log's format and its replay), [`writer`] (the
-//! thread that appends, syncs and compacts).
+//! Submodules: [`key`] (a key and its node in 24 bytes, short keys inline),
+//! [`record`] (the log's format and its replay), [`writer`] (the thread
+//! that appends, syncs and compacts).
 
 use std::collections::hash_map::RandomState;
 use std::fs::{File, OpenOptions};
@@ -58,9 +59,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use hashbrown::hash_table::{Entry as Place, HashTable};
+use key::Key;
 use record::{encode, replay, set_len};
 use writer::{write_snapshot, WriterHandle, TMP};
 
+mod key;
 mod record;
 #[cfg(test)]
 mod tests;
@@ -100,12 +103,14 @@ impl Entry {
     }
 }
 
-/// One key's place in a shard.
+/// One key's place in a shard: 40 bytes, the key inline if short (see
+/// [`key`]).
 struct Slot {
-    key: Box<[u8]>,
+    key: Key,
     entry: Entry,
-    node: u16,
 }
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 40);
 
 /// One shard of the map, with the records of its changes not yet taken by
 /// the writer thread (in the order the changes were made). A flat table
@@ -121,7 +126,7 @@ struct Shard {
 impl Shard {
     fn get(&self, hash: u64, node: u16, key: &[u8]) -> Option<Entry> {
         self.table
-            .find(hash, |s| s.node == node && *s.key == *key)
+            .find(hash, |s| s.key.is(node, key))
             .map(|s| s.entry)
     }
 
@@ -137,10 +142,10 @@ impl Shard {
         live: &AtomicU64,
     ) -> bool {
         let size = set_len(key.len());
-        let same = |s: &Slot| s.node == node && *s.key == *key;
+        let same = |s: &Slot| s.key.is(node, key);
         match entry {
             Some(entry) => {
-                let rehash = |s: &Slot| hash_of(hasher, s.node, &s.key);
+                let rehash = |s: &Slot| hash_of(hasher, s.key.node(), s.key.bytes());
                 match self.table.entry(hash, same, rehash) {
                     Place::Occupied(mut slot) if slot.get().entry != entry => {
                         slot.get_mut().entry = entry;
@@ -149,9 +154,8 @@ impl Shard {
                     Place::Occupied(_) => false,
                     Place::Vacant(slot) => {
                         slot.insert(Slot {
-                            key: key.into(),
+                            key: Key::new(node, key),
                             entry,
-                            node,
                         });
                         live.fetch_add(size, Ordering::Relaxed);
                         true
@@ -171,7 +175,9 @@ impl Shard {
 
     /// Every `(node, key, entry)` in the shard.
     fn entries(&self) -> impl Iterator<Item = (u16, &[u8], Entry)> {
-        self.table.iter().map(|s| (s.node, &*s.key, s.entry))
+        self.table
+            .iter()
+            .map(|s| (s.key.node(), s.key.bytes(), s.entry))
     }
 }
 
@@ -317,10 +323,10 @@ impl Index {
                 if !stale(&slot.entry) {
                     return true;
                 }
-                encode(pending, slot.node, &slot.key, None);
+                encode(pending, slot.key.node(), slot.key.bytes(), None);
                 self.shared
                     .live_bytes
-                    .fetch_sub(set_len(slot.key.len()), Ordering::Relaxed);
+                    .fetch_sub(set_len(slot.key.bytes().len()), Ordering::Relaxed);
                 swept += 1;
                 false
             });

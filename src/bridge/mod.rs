@@ -186,7 +186,10 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
     let session = |uses: &str, watches: Option<&str>| {
         Session::new(connector.clone(), uses, watches, triggers.clone())
     };
-    let flavour = detect_flavour(&mut session(timer_tube, None)).await;
+    let mut probe = session(timer_tube, None);
+    let flavour = detect_flavour(&mut probe).await;
+    let fires = flavour == Flavour::Sprout && detect_fire(&mut probe).await;
+    drop(probe);
     let mut targets = Vec::new();
     for node in &config.nodes {
         targets.push(match node.cluster {
@@ -199,13 +202,14 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         index.clone(),
         targets.clone(),
         flavour,
+        fires,
         triggers.clone(),
     ));
     let queue = sync::Queue::start(registry.clone(), || session(timer_tube, None));
     for _ in 0..fire::WORKERS {
-        let timers = session(timer_tube, Some(timer_tube));
-        let out = session(config.tube.as_str(), None);
-        tokio::spawn(fire::work(registry.clone(), timers, out));
+        let timers = session(config.tube.as_str(), Some(timer_tube));
+        let arms = session(timer_tube, None);
+        tokio::spawn(fire::work(registry.clone(), timers, arms));
     }
     for (i, (node, target)) in config.nodes.iter().zip(targets).enumerate() {
         let i = i as u16;
@@ -339,6 +343,28 @@ async fn sweep_marks(index: Index) {
         let swept = index.sweep_delivered(now_ms() - index::MARK_KEEP_MS);
         if swept > 0 {
             tracing::debug!(marks = swept, "swept delivered marks");
+        }
+    }
+}
+
+/// Whether the server fires timers in one step (see `server_side`).
+async fn detect_fire(session: &mut Session) -> bool {
+    loop {
+        match server_side::detect_fire(session.conn().await).await {
+            Ok(fires) => {
+                match fires {
+                    true => tracing::info!("the job server fires timers in one step (fire)"),
+                    false => tracing::info!(
+                        "the job server has no fire command: each delivery is a put, then \
+                         its timer's delete"
+                    ),
+                }
+                return fires;
+            }
+            Err(e) => {
+                session.failed(&e);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
 }

@@ -14,8 +14,11 @@
 //!   delivered carries a mark (see `index`) and is left alone.
 //! * [`Registry::fire`] (a timer came due): a superseded timer (see below)
 //!   is dropped; otherwise Redis is asked again. Gone at or after its
-//!   deadline: the delivery job is put, *then* the timer deleted (a crash
-//!   in between duplicates, never loses); marked uncertain when the bridge
+//!   deadline: the timer becomes its delivery job in one step on a sprout
+//!   (`fire`: journaled once, so a crash leaves the timer or the delivery,
+//!   never both, never neither); on a classic beanstalkd the delivery is
+//!   put, *then* the timer deleted (a crash in between duplicates, never
+//!   loses); marked uncertain when the bridge
 //!   could not have seen a deletion (see `gaps`, and a timer the index did
 //!   not name). Gone well before it (a `--precheck-ms` look): deleted, the
 //!   timer dropped. Expiry moved: a new timer. TTL cleared: cancelled.
@@ -73,6 +76,8 @@ pub struct Registry {
     redis: Vec<Target>,
     dbs: Vec<i64>,
     flavour: Flavour,
+    /// The server takes `fire` and `reserve-batch` (see `server_side`).
+    fires: bool,
     triggers: Triggers,
     with_value: bool,
     delete_on_fire: bool,
@@ -91,6 +96,7 @@ impl Registry {
         index: Index,
         redis: Vec<Target>,
         flavour: Flavour,
+        fires: bool,
         triggers: Triggers,
     ) -> Registry {
         Registry {
@@ -98,6 +104,7 @@ impl Registry {
             redis,
             dbs: config.nodes.iter().map(Node::db).collect(),
             flavour,
+            fires,
             triggers,
             with_value: config.with_value,
             delete_on_fire: config.delete_on_fire,
@@ -119,6 +126,12 @@ impl Registry {
             guards.push(self.locks[s].lock().await);
         }
         guards
+    }
+
+    /// Whether the server fires timers in one step (and reserves in
+    /// batches).
+    pub fn fires(&self) -> bool {
+        self.fires
     }
 
     fn redis(&self, node: u16) -> &Target {
@@ -149,8 +162,9 @@ impl Registry {
     /// and Redis is read under those locks, so every decision is the one
     /// the key would get alone at that moment.
     pub async fn sync(&self, session: &mut Session, batch: &[Work]) -> Result<()> {
-        // An echo needs no lock: only a newer entry replaces a mark, and
-        // that comes from an event queued behind this one.
+        // An echo needs no lock: what the index holds for a key Redis
+        // said expired, a read of Redis would leave as it is, and an entry
+        // is only replaced for an event queued behind this one.
         let batch: Vec<&Work> = batch
             .iter()
             .filter(|w| !decide::echo(w.hint, || self.index.get(w.node, &w.key)))
@@ -179,17 +193,23 @@ impl Registry {
         self.arm(session, &arms).await
     }
 
-    /// Handles due timers reserved on `timers` (distinct keys); delivers
-    /// through `out`. All their keys are locked for the whole batch.
+    /// Handles due timers reserved on `timers` (distinct keys; the
+    /// connection uses the delivery tube); re-arms through `arms` (which
+    /// uses the timer tube). All their keys are locked for the whole batch.
     ///
     /// The order of the steps is what makes a batch as safe as one timer at
-    /// a time: Redis is asked (one pipeline) under the locks, every delivery
-    /// is put (one pipeline, answers awaited) *before* any timer is deleted
-    /// (another pipeline), and the index is only cleared after the deletes.
-    /// A connection lost anywhere drops every reservation: the timers come
-    /// back and are decided afresh (deliveries already put are duplicated,
-    /// never lost).
-    pub async fn fire(&self, timers: &mut Session, out: &mut Session, dues: &[Due]) -> Result<()> {
+    /// a time: Redis is asked (one pipeline) under the locks; then on a
+    /// sprout each delivery is its timer's `fire` (one step each, all in one
+    /// pipeline with the deletes and releases of the timers not delivered);
+    /// on a classic beanstalkd every delivery is put (one pipeline, answers
+    /// awaited) *before* any timer is deleted (another pipeline). A timer
+    /// re-armed is deleted only once its successor is put and recorded. The
+    /// index is only changed after the server has answered. A connection
+    /// lost anywhere drops every reservation: the timers come back and are
+    /// decided afresh (on a classic server, deliveries already put are
+    /// duplicated, never lost; a fire either happened, and its timer is
+    /// gone, or did not).
+    pub async fn fire(&self, timers: &mut Session, arms: &mut Session, dues: &[Due]) -> Result<()> {
         let keys: Vec<(u16, &[u8])> = dues
             .iter()
             .map(|d| (d.timer.node, d.timer.key.as_slice()))
@@ -198,7 +218,6 @@ impl Registry {
         // Step 1, from the index alone: superseded, cancelled, adopted.
         let mut deletes: Vec<JobId> = Vec::new();
         let mut unindex: Vec<(u16, &[u8])> = Vec::new();
-        let mut delivered: Vec<(u16, &[u8])> = Vec::new();
         // Each timer to ask Redis about, with its key's entry and whether
         // the index named this very timer (not one adopted after a crash).
         let mut ask: Vec<(&Due, Option<Entry>, bool)> = Vec::new();
@@ -242,9 +261,11 @@ impl Registry {
             });
         }
         let now = now_ms();
+        // Deliveries (timer id, body, key), releases, timers to re-arm.
         let mut deliveries = Vec::new();
         let mut releases = Vec::new();
         let mut rearms = Vec::new();
+        let mut rearmed = Vec::new();
         for (&(due, current, indexed), expiry) in ask.iter().zip(expiries) {
             let (id, timer) = (due.id, &due.timer);
             let key = (timer.node, timer.key.as_slice());
@@ -254,15 +275,7 @@ impl Registry {
                     // crash: the key was not watched since.
                     let uncertain =
                         !indexed || self.triggers.uncertain(timer.node, timer.expire_at_ms);
-                    deliveries.push(Command::Put {
-                        pri: self.pri,
-                        delay: Duration::ZERO,
-                        ttr: self.ttr,
-                        body: timer.delivery(now, uncertain).into(),
-                        tags: None,
-                    });
-                    deletes.push(id);
-                    delivered.push(key);
+                    deliveries.push((id, timer.delivery(now, uncertain), key));
                 }
                 Fire::Drop { unindex: known } => {
                     deletes.push(id);
@@ -277,35 +290,144 @@ impl Registry {
                 }),
                 Fire::Rearm { at } => {
                     rearms.push((key.0, key.1, at, current));
-                    deletes.push(id);
+                    rearmed.push(id);
                 }
             }
         }
-        // Step 3: deliveries first, then new timers, then the deletes.
-        for reply in pipeline(out, &deliveries).await? {
-            if !matches!(reply, Response::Inserted(_) | Response::BuriedId(_)) {
-                return Err(Failure::Server(client::Error::Reply(reply)));
+        // Step 3: the deliveries, then what is left of the timers.
+        let outcome = match self.fires {
+            true => self.fire_each(timers, deliveries, deletes, releases).await,
+            false => {
+                self.put_then_delete(timers, deliveries, deletes, releases)
+                    .await
             }
-        }
-        self.arm(timers, &rearms).await?;
-        let mut commands: Vec<Command> = deletes.into_iter().map(Command::Delete).collect();
-        commands.extend(releases);
-        for reply in pipeline(timers, &commands).await? {
-            if !matches!(
-                reply,
-                Response::Deleted | Response::NotFound | Response::Released
-            ) {
-                return Err(Failure::Server(client::Error::Reply(reply)));
-            }
-        }
-        // Step 4: the index, once the timers are gone.
-        for (node, key) in unindex {
-            self.index.remove(node, key);
-        }
+        };
+        let (delivered, failure) = match outcome {
+            Ok(delivered) => (delivered, None),
+            Err((delivered, failure)) => (delivered, Some(failure)),
+        };
+        // Step 4: the index, once the server answered.
         for (node, key) in delivered {
             self.index.set(node, key, Entry::delivered(now));
         }
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        for (node, key) in unindex {
+            self.index.remove(node, key);
+        }
+        // Re-armed timers: the successor first, then the timer goes.
+        if !rearms.is_empty() {
+            self.arm(arms, &rearms).await?;
+            let deletes: Vec<Command> = rearmed.into_iter().map(Command::Delete).collect();
+            check(pipeline(timers, &deletes).await?, |r| {
+                matches!(r, Response::Deleted | Response::NotFound)
+            })?;
+        }
         Ok(())
+    }
+
+    /// Step 3 on a sprout, in one pipeline: each delivery as its timer's
+    /// `fire`, then the deletes and releases. Returns the keys delivered
+    /// (also when another answer failed, so the index marks them).
+    async fn fire_each<'k>(
+        &self,
+        timers: &mut Session,
+        deliveries: Vec<(JobId, Vec<u8>, (u16, &'k [u8]))>,
+        deletes: Vec<JobId>,
+        releases: Vec<Command>,
+    ) -> std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)> {
+        let fired = deliveries.len();
+        let mut commands = Vec::with_capacity(fired + deletes.len() + releases.len());
+        let mut keys = Vec::with_capacity(fired);
+        for (id, body, key) in deliveries {
+            commands.push(Command::Fire {
+                id,
+                pri: self.pri,
+                ttr: self.ttr,
+                body: body.into(),
+            });
+            keys.push(key);
+        }
+        commands.extend(deletes.into_iter().map(Command::Delete));
+        commands.extend(releases);
+        let replies = pipeline(timers, &commands)
+            .await
+            .map_err(|f| (Vec::new(), f))?;
+        let mut delivered = Vec::with_capacity(fired);
+        let mut failure = None;
+        for (i, reply) in replies.into_iter().enumerate() {
+            let ok = match i < fired {
+                // Not found: the reservation was lost (its TTR ran out), so
+                // the timer went back to be fired by whoever holds it now.
+                true => match reply {
+                    Response::Inserted(_) => {
+                        delivered.push(keys[i]);
+                        true
+                    }
+                    Response::NotFound => true,
+                    _ => false,
+                },
+                false => matches!(
+                    reply,
+                    Response::Deleted | Response::NotFound | Response::Released
+                ),
+            };
+            if !ok {
+                failure.get_or_insert(Failure::Server(client::Error::Reply(reply)));
+            }
+        }
+        match failure {
+            None => Ok(delivered),
+            Some(f) => Err((delivered, f)),
+        }
+    }
+
+    /// Step 3 on a classic beanstalkd: the deliveries put (answers
+    /// awaited), then the delivered timers deleted with the others, and the
+    /// releases.
+    async fn put_then_delete<'k>(
+        &self,
+        timers: &mut Session,
+        deliveries: Vec<(JobId, Vec<u8>, (u16, &'k [u8]))>,
+        mut deletes: Vec<JobId>,
+        releases: Vec<Command>,
+    ) -> std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)> {
+        let mut puts = Vec::with_capacity(deliveries.len());
+        let mut delivered = Vec::with_capacity(deliveries.len());
+        for (id, body, key) in deliveries {
+            puts.push(Command::Put {
+                pri: self.pri,
+                delay: Duration::ZERO,
+                ttr: self.ttr,
+                body: body.into(),
+                tags: None,
+            });
+            deletes.push(id);
+            delivered.push(key);
+        }
+        let put = pipeline(timers, &puts).await.and_then(|replies| {
+            check(replies, |r| {
+                matches!(r, Response::Inserted(_) | Response::BuriedId(_))
+            })
+        });
+        put.map_err(|f| (Vec::new(), f))?;
+        let mut commands: Vec<Command> = deletes.into_iter().map(Command::Delete).collect();
+        commands.extend(releases);
+        let done = pipeline(timers, &commands).await.and_then(|replies| {
+            check(replies, |r| {
+                matches!(
+                    r,
+                    Response::Deleted | Response::NotFound | Response::Released
+                )
+            })
+        });
+        match done {
+            Ok(()) => Ok(delivered),
+            // The deliveries are out: mark them, so their timers, should
+            // they come back, are duplicates the index knows of.
+            Err(f) => Err((delivered, f)),
+        }
     }
 
     /// For each `(node, key, at, old)`: puts a timer for `at`, records it,
@@ -439,6 +561,14 @@ impl Registry {
 /// The lock stripe of a key (see [`crate::bridge::keys`]).
 fn stripe(node: u16, key: &[u8]) -> usize {
     key_hash(node, key) as usize % LOCK_STRIPES
+}
+
+/// Fails with the first answer `ok` refuses.
+fn check(replies: Vec<Response>, ok: impl Fn(&Response) -> bool) -> Result<()> {
+    match replies.into_iter().find(|r| !ok(r)) {
+        None => Ok(()),
+        Some(reply) => Err(Failure::Server(client::Error::Reply(reply))),
+    }
 }
 
 /// Sends `commands` in one pipeline (one write) and reads their answers,

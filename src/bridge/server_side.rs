@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use sprout_protocol::Response;
+use sprout_protocol::{Command, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::triggers::Triggers;
@@ -72,6 +72,32 @@ impl Flavour {
         match self {
             Flavour::Sprout => Duration::from_millis(ms),
             Flavour::Classic => Duration::from_secs(ms.div_ceil(1000)),
+        }
+    }
+}
+
+/// Whether the server takes `fire` (sprout's one-step delivery: a
+/// reserved timer becomes its delivery, see `engine/fire.rs`) and
+/// `reserve-batch`. Asked without side effects: `fire` of job 0, which no
+/// server holds, answers NOT_FOUND where it exists; an older sprout or a
+/// beanstalkd answers UNKNOWN_COMMAND to the line and to its empty body
+/// line, so the answers are read up to the `list-tube-used` sent behind.
+pub async fn detect_fire(conn: &mut ServerConn) -> client::Result<bool> {
+    let probe = Command::Fire {
+        id: 0,
+        pri: 0,
+        ttr: Duration::from_secs(1),
+        body: bytes::Bytes::new(),
+    };
+    conn.send(&probe).await?;
+    conn.send(&Command::ListTubeUsed).await?;
+    conn.flush().await?;
+    let mut fires = false;
+    loop {
+        match conn.recv().await? {
+            Response::Using(_) => return Ok(fires),
+            Response::NotFound => fires = true,
+            _ => {}
         }
     }
 }

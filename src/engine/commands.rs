@@ -70,6 +70,7 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
         Command::FlushTube(tube) => return batch::flush_tube(e, conn, tube),
         Command::PeekReserved => batch::peek_reserved(e, conn),
         Command::StatsGroup(name) => e.stats_group(&name),
+        Command::Fire { id, pri, ttr, body } => e.fire(conn, id, pri, ttr, body),
     };
     Outcome::Reply(reply)
 }

@@ -33,6 +33,7 @@ mod counts;
 mod ext;
 #[cfg(test)]
 mod ext_tests;
+mod fire;
 mod heap;
 mod histogram;
 mod host;

@@ -22,6 +22,13 @@
 //! `delete-batch`, `flush-tube`, `peek-reserved`, `stats-group`) take their
 //! arguments like beanstalkd's own commands (spaces before a number, none
 //! after).
+//!
+//! # sprout's extension
+//!
+//! `fire <id> <pri> <ttr> <bytes>` reads like a `put` without its delay
+//! (and without tags): a body and a CRLF follow; a size over the limit is
+//! `JOB_TOO_BIG` (its body skipped), a missing CRLF `EXPECTED_CRLF`. The
+//! word was `UNKNOWN_COMMAND`, so no classic line reads differently.
 
 use std::time::Duration;
 
@@ -32,7 +39,7 @@ use super::number::{
     digits, kick_count, seconds, spaces, u32_field, u64_field, whole, whole_seconds,
 };
 use crate::{
-    is_name_char, Command, Op, ProtocolError, Rejected, TagName, Tags, TubeName, MAX_BATCH,
+    is_name_char, Command, JobId, Op, ProtocolError, Rejected, TagName, Tags, TubeName, MAX_BATCH,
     MAX_SECONDS,
 };
 
@@ -42,7 +49,7 @@ const MAX_RESERVE_TIMEOUT: u64 = i32::MAX as u64;
 /// The command words in the order beanstalkd tries them, and whether the word
 /// must be followed by a space to match.
 /// The extensions' words go before the words they start with.
-const WORDS: [(Op, bool); 30] = [
+const WORDS: [(Op, bool); 31] = [
     (Op::Put, true),
     (Op::Peek, true),
     (Op::PeekReady, false),
@@ -73,6 +80,7 @@ const WORDS: [(Op, bool); 30] = [
     (Op::Quit, false),
     (Op::PauseTube, false),
     (Op::FlushTube, true),
+    (Op::Fire, true),
 ];
 
 /// What a command line asks for.
@@ -82,6 +90,9 @@ pub enum CommandLine {
     Command(Command),
     /// A valid `put`: its body of `bytes` bytes and a CRLF follow the line.
     Put(PutHeader, Option<Box<Tags>>),
+    /// A valid `fire` of job `id` (the header's delay is zero): its body
+    /// and a CRLF follow.
+    Fire(JobId, PutHeader),
     /// A `put` of more than the size limit: skip `bytes + 2` bytes, then
     /// answer `JOB_TOO_BIG` (counted as a put).
     TooBig { bytes: u32 },
@@ -112,6 +123,7 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
     let exact = |command| args.is_empty().then_some(command);
     let command = match op {
         Op::Put => return put(args, max_job_size),
+        Op::Fire => return fire(args, max_job_size),
         Op::PauseTube => return pause_tube(args),
         Op::Peek => job_id().map(Command::Peek),
         Op::ReserveJob => job_id().map(Command::ReserveJob),
@@ -172,6 +184,26 @@ fn split_word(line: &[u8]) -> Option<(Op, &[u8])> {
 
 fn reject(error: ProtocolError, counted: Option<Op>) -> CommandLine {
     CommandLine::Rejected(Rejected { error, counted })
+}
+
+/// `fire <id> <pri> <ttr> <bytes>`: a `put`'s checks, without delay or tags.
+fn fire(args: &[u8], max_job_size: u32) -> CommandLine {
+    let Some((id, pri, ttr, bytes)) = whole(
+        args,
+        tuple((u64_field, u32_field, whole_seconds, u32_field)),
+    ) else {
+        return reject(ProtocolError::BadFormat, None);
+    };
+    if bytes > max_job_size {
+        return CommandLine::TooBig { bytes };
+    }
+    let header = PutHeader {
+        pri,
+        delay: Duration::ZERO,
+        ttr,
+        bytes,
+    };
+    CommandLine::Fire(id, header)
 }
 
 /// `put <pri> <delay> <ttr> <bytes>`, in beanstalkd's order of checks.

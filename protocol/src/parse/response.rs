@@ -43,6 +43,9 @@ pub enum ResponseHead {
     Line(Response),
     /// A reply whose body of `bytes` bytes and a CRLF follow the line.
     WithBody { kind: BodyKind, bytes: u32 },
+    /// `RESERVED_BATCH <n>`: `n` `RESERVED` replies follow, which make up
+    /// the one [`Response::ReservedBatch`].
+    Batch(u32),
 }
 
 /// Which reply a body belongs to.
@@ -106,6 +109,11 @@ pub fn parse_response_line(line: &[u8]) -> Result<ResponseHead, MalformedRespons
             },
         ),
         b"FLUSHED" => whole(args, digits).map(Response::Flushed),
+        b"RESERVED_BATCH" => {
+            return count(args)
+                .map(ResponseHead::Batch)
+                .ok_or(MalformedResponse);
+        }
         b"BURIED" => whole(args, digits).map(Response::BuriedId),
         b"WATCHING" => count(args).map(Response::Watching),
         b"KICKED" => count(args).map(Response::KickedCount),
@@ -125,8 +133,6 @@ pub fn parse_response_line(line: &[u8]) -> Result<ResponseHead, MalformedRespons
 }
 
 /// `<id> <STATE>[ <pri>]`: a deduplicated put (tuber's dialect).
-/// (`RESERVED_BATCH`, whose jobs follow as replies of their own, is not
-/// read here.)
 fn inserted_dup(args: &[u8]) -> Option<Response> {
     let mut words = args.split(|&b| b == b' ');
     let id = whole(words.next()?, digits)?;

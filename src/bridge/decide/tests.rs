@@ -69,15 +69,17 @@ fn sync_has_one_plan_per_case() {
 }
 
 #[test]
-fn only_a_bare_expired_event_of_a_delivered_key_is_an_echo() {
+fn only_a_bare_expired_event_of_a_known_key_is_an_echo() {
     let mark = Some(Entry::delivered(NOW));
     let pending = Some(entry(NOW + 5, 7));
     let merged = EXPIRED.merge(EVENT);
     #[rustfmt::skip]
     let rows: &[(&str, Hint, Option<Entry>, bool)] = &[
         ("expired, delivered", EXPIRED, mark, true),
-        ("expired, pending", EXPIRED, pending, false),
-        ("expired, unknown", EXPIRED, None, false),
+        ("expired, its timer firing", EXPIRED, Some(entry(NOW - 1, 7)), true),
+        ("expired, pending (Redis ahead of the index)", EXPIRED, pending, true),
+        ("expired, cancelled in flight", EXPIRED, Some(entry(CANCELLED, 7)), true),
+        ("expired, unknown: read Redis", EXPIRED, None, false),
         ("expired and another event", merged, mark, false),
         ("expired and a verifying scan", EXPIRED.merge(VERIFY), mark, false),
         ("another event", EVENT, mark, false),

@@ -50,7 +50,7 @@ fn fire_turns_a_reserved_job_into_a_ready_job_of_the_used_tube() {
     c.exchange(&fire(timer + 7, 5, 30, b"x"), b"NOT_FOUND\r\n");
     // Too big, and a body without its CRLF: refused, the timer stays.
     c.exchange(&fire(timer, 5, 30, &[b'a'; 101]), b"JOB_TOO_BIG\r\n");
-    c.exchange(b"fire 1 2 3 1\r\nxy\r\n", b"EXPECTED_CRLF\r\n");
+    c.exchange(b"fire 1 2 3 1\r\nxyz", b"EXPECTED_CRLF\r\n");
     c.exchange(b"fire 1 2\r\n", b"BAD_FORMAT\r\n");
     c.send(&fire(timer, 5, 30, b"{\"key\":\"k\"}"));
     let line = c.expect_line();

@@ -39,18 +39,20 @@
 //! Guarantees: never early (a timer fires only once Redis reports the key
 //! gone at or after its deadline; otherwise it moves), never a deletion
 //! delivered as an expiry (gone before the deadline is cancelled), never lost (timers are durable in a server
-//! run with `-b`; the delivery is put before the timer is deleted), one
-//! pending timer per key (after a crash briefly two: the superseded one is
-//! dropped when due, see `registry`). Duplicates only across a crash, or a
-//! connection lost between delivering and deleting a timer, and then with
-//! the same key and `expire_at_ms`.
+//! run with `-b`; on sprout a due timer becomes its delivery in one step,
+//! `fire`, journaled once; on a classic beanstalkd the delivery is put
+//! before the timer is deleted), one pending timer per key (after a crash
+//! briefly two: the superseded one is dropped when due, see `registry`).
+//! Duplicates only across a crash of the bridge (or, on a classic
+//! beanstalkd, of the server, or a connection lost between delivering and
+//! deleting a timer), and then with the same key and `expire_at_ms`.
 //!
 //! Decisions that differ from a plain reading of the design:
 //! * Work is batched, decisions are not: a sync worker takes up to
 //!   `sync::BATCH` queued keys, a firing worker up to `fire::BATCH` due
-//!   timers, and each batch costs a few round trips (one pipelined
-//!   expiry read, one pipeline of puts, one of deletes) instead of a few
-//!   per key. It is as safe as one key at a time because every key of the
+//!   timers, and each batch costs a few round trips (one `reserve-batch`,
+//!   one pipelined expiry read, one pipeline of fires and deletes; on a
+//!   classic beanstalkd puts, then deletes) instead of a few per key. It is as safe as one key at a time because every key of the
 //!   batch is locked (stripes taken in increasing order, so batches never
 //!   deadlock) *before* Redis is read, and stays locked until its timer and
 //!   index are updated: each key's decision is made from what Redis says

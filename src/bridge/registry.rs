@@ -65,6 +65,11 @@ const LOCK_STRIPES: usize = 1024;
 /// A timer to put: node, key, expiry, and the entry it replaces.
 type Arm<'a> = (u16, &'a [u8], i64, Option<Entry>);
 
+/// A delivery to make: the timer's id, the delivery's body, the key.
+type Delivery<'k> = (JobId, Vec<u8>, (u16, &'k [u8]));
+/// What step 3 of a fire delivered, and (if it failed) why.
+type Step3<'k> = std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)>;
+
 /// A reserved timer job.
 pub struct Due {
     pub id: JobId,
@@ -333,10 +338,10 @@ impl Registry {
     async fn fire_each<'k>(
         &self,
         timers: &mut Session,
-        deliveries: Vec<(JobId, Vec<u8>, (u16, &'k [u8]))>,
+        deliveries: Vec<Delivery<'k>>,
         deletes: Vec<JobId>,
         releases: Vec<Command>,
-    ) -> std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)> {
+    ) -> Step3<'k> {
         let fired = deliveries.len();
         let mut commands = Vec::with_capacity(fired + deletes.len() + releases.len());
         let mut keys = Vec::with_capacity(fired);
@@ -389,10 +394,10 @@ impl Registry {
     async fn put_then_delete<'k>(
         &self,
         timers: &mut Session,
-        deliveries: Vec<(JobId, Vec<u8>, (u16, &'k [u8]))>,
+        deliveries: Vec<Delivery<'k>>,
         mut deletes: Vec<JobId>,
         releases: Vec<Command>,
-    ) -> std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)> {
+    ) -> Step3<'k> {
         let mut puts = Vec::with_capacity(deliveries.len());
         let mut delivered = Vec::with_capacity(deliveries.len());
         for (id, body, key) in deliveries {

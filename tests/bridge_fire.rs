@@ -65,7 +65,7 @@ fn fire_turns_a_reserved_job_into_a_ready_job_of_the_used_tube() {
     assert_eq!(w.expect_reserved(b"{\"key\":\"k\"}"), delivery);
     assert_eq!(w.job_stat(delivery, "pri"), "5");
     assert_eq!(w.job_stat(delivery, "ttr"), "30");
-    assert_eq!(w.job_stat(delivery, "tube"), "out");
+    assert_eq!(w.job_stat(delivery, "tube"), "\"out\"");
     // Fired once only.
     c.exchange(&fire(timer, 5, 30, b"again"), b"NOT_FOUND\r\n");
 }

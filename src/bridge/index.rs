@@ -227,19 +227,6 @@ impl Shared {
     }
 }
 
-/// Has glibc map every allocation of 256 KiB or more by itself (and unmap
-/// it when freed). By default it raises that threshold to the size of the
-/// last mapping freed, so each shard's table outgrown while keys arrive
-/// (a few MB each with a million keys) stayed behind in the heap: measured
-/// at 300k keys, 145 bytes of RSS per key, half of them old tables.
-fn map_large_allocations() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets one of the allocator's parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-    }
-}
-
 /// Locks a mutex; a panic elsewhere while holding it left consistent data
 /// (every change is a single map operation plus its record).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -256,7 +243,6 @@ pub struct Index {
 impl Index {
     /// Opens (or creates) the index in `dir`, replaying its log.
     pub fn open(dir: &Path) -> io::Result<Index> {
-        map_large_allocations();
         let context = |e: io::Error| {
             io::Error::new(e.kind(), format!("bridge index in {}: {e}", dir.display()))
         };

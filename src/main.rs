@@ -93,6 +93,11 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     let embedded = bridge::config::Config::from_embedded(&args.bridge, args.binlog_dir.as_deref());
     let embedded = match embedded.transpose() {
         Ok(config) => config,
+        Err(_) if args.cluster.urls.is_some() && args.bridge.state_dir.is_none() => {
+            let why = "in a cluster node the bridge's timers live in the cluster, its small \
+                       index in --bridge-state-dir DIR (the node's own; -b is not used)";
+            return fail("--redis-bridge", std::io::Error::other(why));
+        }
         Err(e) => return fail("--redis-bridge", std::io::Error::other(e)),
     };
     if let Some(dir) = &args.binlog_dir {
@@ -110,10 +115,6 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     );
     let opened = match cluster {
         Err(e) => return fail("--cluster", std::io::Error::other(e)),
-        Ok(Some(_)) if embedded.is_some() => {
-            let why = "the embedded Redis bridge cannot run in a cluster node yet: run `sprout bridge` against any node";
-            return fail("--redis-bridge", std::io::Error::other(why));
-        }
         Ok(Some(options)) => Server::open_cluster(listeners, &args, &options).await,
         Ok(None) => Server::open(listeners, &args),
     };
@@ -123,12 +124,17 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     };
     if let Some(config) = embedded {
         let connector = bridge::server_side::Connector::Local(server.local_connector());
-        tokio::spawn(async move {
-            let run = bridge::run_reporting(config, connector, std::future::pending(), &status);
-            if let Err(e) = run.await {
-                tracing::error!(error = %e, "the embedded Redis bridge stopped");
-            }
-        });
+        // In a cluster, only on the leader, once it leads.
+        if let Some(side) = server.cluster() {
+            side.run_bridge(config, connector, status);
+        } else {
+            tokio::spawn(async move {
+                let run = bridge::run_reporting(config, connector, std::future::pending(), &status);
+                if let Err(e) = run.await {
+                    tracing::error!(error = %e, "the embedded Redis bridge stopped");
+                }
+            });
+        }
     }
     match server.run(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

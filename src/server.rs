@@ -370,6 +370,11 @@ impl LocalConnector {
 }
 
 impl Server {
+    /// Its cluster side, in cluster mode.
+    pub fn cluster(&self) -> Option<&cluster::Side> {
+        self.cluster.as_ref()
+    }
+
     /// A connector for in-process clients of this server.
     pub fn local_connector(&self) -> LocalConnector {
         LocalConnector {

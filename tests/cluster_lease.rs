@@ -56,6 +56,26 @@ fn the_test_server_is_supported() {
 }
 
 #[test]
+fn a_node_with_another_lease_ttl_is_refused() {
+    let Some(nats) = NatsCluster::start(1, "a_node_with_another_lease_ttl_is_refused") else {
+        return;
+    };
+    runtime().block_on(async {
+        let _first = open(&nats, "ttl").await;
+        let client = async_nats::connect(nats.url_list()).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let other = Timing::new(Duration::from_millis(3000)).unwrap();
+        let refused = Lease::open(&js, "ttl", other, 1).await;
+        let Err(sprout::cluster::Trouble::Refused(why)) = refused else {
+            panic!("a TTL other than the bucket's was not refused");
+        };
+        assert!(why.contains("1500 ms") && why.contains("3000"), "{why}");
+        // The same TTL opens it again.
+        Lease::open(&js, "ttl", Timing::default(), 1).await.unwrap();
+    });
+}
+
+#[test]
 fn one_holder_at_a_time() {
     let Some(nats) = NatsCluster::start(1, "one_holder_at_a_time") else {
         return;

@@ -68,6 +68,21 @@ fn msg(subject: &str, payload: &[u8]) -> Msg {
     }
 }
 
+/// `n` messages `PREFIX.I` of one byte, the first fenced: the stream must
+/// end at `expect` (`Nats-Expected-Last-Sequence`).
+fn fenced(prefix: &str, n: usize, expect: u64) -> Vec<Msg> {
+    (0..n)
+        .map(|i| {
+            let mut m = msg(&format!("{prefix}.{i}"), b"x");
+            if i == 0 {
+                m.headers
+                    .push(("Nats-Expected-Last-Sequence", expect.to_string()));
+            }
+            m
+        })
+        .collect()
+}
+
 /// Publishes `msgs` as one atomic batch `id` (Nats-Batch-Id, -Sequence 1..,
 /// Nats-Batch-Commit: 1 on the last), each with its own reply subject, and
 /// returns the replies that came within `wait` after the last was sent, by
@@ -214,18 +229,7 @@ async fn atomic_batch_fenced_by_expected_last_sequence() {
     else {
         return;
     };
-    let first = |expect: u64, n: usize| -> Vec<Msg> {
-        (0..n)
-            .map(|i| {
-                let mut m = msg(&format!("EL.{i}"), b"x");
-                if i == 0 {
-                    m.headers
-                        .push(("Nats-Expected-Last-Sequence", expect.to_string()));
-                }
-                m
-            })
-            .collect()
-    };
+    let first = |expect: u64, n: usize| fenced("EL", n, expect);
     let ok = batch(&client, "ok", first(0, 3), Duration::from_secs(2)).await;
     eprintln!("expected-last 0 on an empty stream: {ok:?}");
     assert_eq!(json(&ok[&3])["seq"], 3);
@@ -399,18 +403,7 @@ async fn atomic_batches_pipeline_with_chained_expected_last_sequence() {
         .subscribe(format!("{inbox}.*.*"))
         .await
         .expect("subscribe");
-    let chained = |id: usize, expect: u64| -> Vec<Msg> {
-        (0..10)
-            .map(|i| {
-                let mut m = msg(&format!("PL.{id}.{i}"), b"x");
-                if i == 0 {
-                    m.headers
-                        .push(("Nats-Expected-Last-Sequence", expect.to_string()));
-                }
-                m
-            })
-            .collect()
-    };
+    let chained = |id: usize, expect: u64| fenced(&format!("PL.{id}"), 10, expect);
     // Five batches of 10 sent back to back, batch k expecting 10k, then a
     // sixth that expects what the fifth's predecessor left (a stale fence).
     for k in 0..5 {
@@ -652,17 +645,13 @@ async fn read_rate_100k_4kib() {
         .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
         .await
         .unwrap();
-    let mut msgs = consumer.messages().await.unwrap();
-    let mut got = 0;
-    while got < n {
-        msgs.next().await.unwrap().unwrap();
-        got += 1;
-    }
-    let r = start.elapsed();
-    eprintln!(
-        "ordered consumer read {n} in {r:?}: {:.0} msg/s",
-        n as f64 / r.as_secs_f64()
-    );
+    read_n(
+        consumer.messages().await.unwrap(),
+        n,
+        start,
+        "ordered consumer",
+    )
+    .await;
 
     let start = Instant::now();
     let consumer = stream
@@ -672,20 +661,28 @@ async fn read_rate_100k_4kib() {
         })
         .await
         .unwrap();
-    let mut msgs = consumer
+    let msgs = consumer
         .stream()
         .max_messages_per_batch(1000)
         .messages()
         .await
         .unwrap();
-    let mut got = 0;
-    while got < n {
+    read_n(msgs, n, start, "pull (no acks, batch 1000)").await;
+}
+
+/// Reads `n` messages of `msgs` and prints the rate since `start`.
+async fn read_n<M, E: std::fmt::Debug>(
+    mut msgs: impl futures_util::Stream<Item = Result<M, E>> + Unpin,
+    n: usize,
+    start: Instant,
+    what: &str,
+) {
+    for _ in 0..n {
         msgs.next().await.unwrap().unwrap();
-        got += 1;
     }
     let r = start.elapsed();
     eprintln!(
-        "pull (no acks, batch 1000) read {n} in {r:?}: {:.0} msg/s",
+        "{what} read {n} in {r:?}: {:.0} msg/s",
         n as f64 / r.as_secs_f64()
     );
 }

@@ -101,6 +101,37 @@ impl Timer {
     }
 }
 
+/// Whether `delivery` (a delivery job's body) is `timer`'s: the same db,
+/// `expire_at_ms` and key, whenever it fired and however it is marked.
+/// A new cluster leader uses it to tell a timer the old leader's bridge
+/// had already delivered when it died (see [`crate::bridge::fired_already`]).
+pub fn delivers(delivery: &[u8], head: &[u8], key: &[u8]) -> bool {
+    let Some(rest) = delivery.strip_prefix(head) else {
+        return false;
+    };
+    let digits = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b'-')
+        .count();
+    let rest = &rest[digits..];
+    rest.starts_with(key) && matches!(rest.get(key.len()), Some(b',' | b'}'))
+}
+
+impl Timer {
+    /// Its delivery's bytes before the firing moment, and the key's field
+    /// after it: what [`delivers`] compares.
+    pub fn delivery_parts(&self) -> (Vec<u8>, Vec<u8>) {
+        let head = format!(
+            "{{\"db\":{},\"expire_at_ms\":{},\"fired_at_ms\":",
+            self.db, self.expire_at_ms
+        )
+        .into_bytes();
+        let mut key = b",\"key\":".to_vec();
+        json_string(&mut key, &self.key);
+        (head, key)
+    }
+}
+
 /// Appends `bytes` as a JSON string (invalid UTF-8 as U+FFFD).
 fn json_string(out: &mut Vec<u8>, bytes: &[u8]) {
     // Writing a `str` into a `Vec` cannot fail.
@@ -159,6 +190,34 @@ mod tests {
         assert_eq!(v["value"], "online");
         // The same bytes a JSON map prints: fields in key order.
         assert_eq!(serde_json::to_vec(&v).unwrap(), t.delivery(9, true));
+    }
+
+    #[test]
+    fn a_delivery_is_recognised_as_its_timers_whenever_it_fired() {
+        for t in [timer(None), timer(Some(b"v"))] {
+            let (head, key) = t.delivery_parts();
+            for (at, uncertain) in [(1_700_000_000_999, false), (3, true)] {
+                assert!(delivers(&t.delivery(at, uncertain), &head, &key));
+            }
+            let other_key = Timer {
+                key: b"dev".to_vec(),
+                ..t.clone()
+            };
+            let other_time = Timer {
+                expire_at_ms: t.expire_at_ms + 1,
+                ..t.clone()
+            };
+            let other_db = Timer {
+                db: 50,
+                ..t.clone()
+            };
+            for other in [other_key, other_time, other_db] {
+                assert!(
+                    !delivers(&other.delivery(9, false), &head, &key),
+                    "{other:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -160,6 +160,82 @@ pub async fn run(
     run_reporting(config, connector, shutdown, &Status::default()).await
 }
 
+/// For a new cluster leader, before its embedded bridge starts
+/// (`cluster/bridge.rs`): which of `timers` (id and body of each timer the
+/// old leader's bridge held reserved when it died) have their delivery
+/// among `deliveries` (bodies in the delivery tube) already. Those were
+/// fired but not yet deleted: deleting them instead of firing them again
+/// is what keeps a failover from doubling a delivery.
+pub fn fired_already(timers: &[(u64, bytes::Bytes)], deliveries: &[bytes::Bytes]) -> Vec<u64> {
+    let mut by_head: std::collections::HashMap<Vec<u8>, Vec<(u64, Vec<u8>)>> =
+        std::collections::HashMap::new();
+    for (id, body) in timers {
+        if let Some(timer) = body::Timer::decode(body) {
+            let (head, key) = timer.delivery_parts();
+            by_head.entry(head).or_default().push((*id, key));
+        }
+    }
+    let mut fired = Vec::new();
+    if by_head.is_empty() {
+        return fired;
+    }
+    for delivery in deliveries {
+        // The head ends at the firing moment's digits.
+        let Some(end) = delivery.windows(14).position(|w| w == b"\"fired_at_ms\":") else {
+            continue;
+        };
+        let Some(candidates) = by_head.get(&delivery[..end + 14]) else {
+            continue;
+        };
+        for (id, key) in candidates {
+            if body::delivers(delivery, &delivery[..end + 14], key) && !fired.contains(id) {
+                fired.push(*id);
+            }
+        }
+    }
+    fired
+}
+
+/// For a new cluster leader, before [`run`] (`cluster/bridge.rs`): makes
+/// the index in `config.state_dir` name exactly the newest (highest id)
+/// timer of each key among `timers` (id and body of every timer job the
+/// replicated state holds), and nothing else; returns how many keys. This
+/// node's index is its own, written (if ever) when it last led, and other
+/// leaders' bridges have put and deleted timers since: a stale or empty
+/// index would let a superseded timer fire after its successor, a second
+/// delivery of one expiry. Delivered marks are not carried over.
+pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Result<usize> {
+    match std::fs::remove_file(config.state_dir.join(index::LOG)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut newest: std::collections::HashMap<(u16, Vec<u8>), index::Entry> =
+        std::collections::HashMap::new();
+    for (id, body) in timers {
+        let Some(timer) = body::Timer::decode(body) else {
+            continue;
+        };
+        let entry = index::Entry {
+            expire_at_ms: timer.expire_at_ms,
+            timer: *id,
+        };
+        newest
+            .entry((timer.node, timer.key))
+            .and_modify(|e| {
+                if e.timer < *id {
+                    *e = entry;
+                }
+            })
+            .or_insert(entry);
+    }
+    let index = Index::open(&config.state_dir)?;
+    for ((node, key), entry) in &newest {
+        index.set(*node, key, *entry);
+    }
+    index.flush()?;
+    Ok(newest.len())
+}
+
 /// What a running bridge shows its host, read-only (the HTTP port's
 /// metrics and dashboard): how many keys its index tracks.
 #[derive(Clone, Default)]

@@ -48,10 +48,20 @@ pub enum Change {
 /// replication lag. A standby whose clock is ahead gives the job back
 /// early by the skew; its worker's connection is gone with the old leader
 /// anyway, so nothing but the TTR expiry can end the reservation.
+///
+/// A deadline of 0 is a record written before reservations carried their
+/// deadline (sprout before TTR carry-over, e.g. a leader of a rolling
+/// upgrade): its holder's deadline is unknown, so it is held a whole TTR
+/// from `now`, never handed out earlier than a known one would be.
 pub fn carry(image: &mut JobImage, now: Time) {
     if let Stored::Reserved(until) = image.state {
         let longest = now.saturating_add(u64::from(image.ttr) * 1_000_000);
-        image.state = Stored::Reserved(until.min(longest));
+        let until = if until == 0 {
+            longest
+        } else {
+            until.min(longest)
+        };
+        image.state = Stored::Reserved(until);
     }
 }
 
@@ -173,6 +183,8 @@ mod tests {
             (1105 * S, 101 * S, 106 * S),
             // Ahead: the leader's deadline, already passed here.
             (105 * S, 200 * S, 105 * S),
+            // Written before deadlines were recorded: a TTR from now.
+            (0, 101 * S, 106 * S),
         ] {
             image.state = Stored::Reserved(until);
             carry(&mut image, now);

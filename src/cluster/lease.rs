@@ -32,6 +32,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::stream::Trouble;
 use super::subjects::Subjects;
 
 /// The key inside the bucket.
@@ -125,6 +126,20 @@ pub fn replicas(cluster_nodes: usize) -> usize {
     cluster_nodes.clamp(1, 3)
 }
 
+/// Whether this node's lease TTL `ours` is the bucket's `theirs`.
+fn agree(bucket: &str, theirs: Duration, ours: Duration) -> Result<(), String> {
+    if theirs == ours {
+        return Ok(());
+    }
+    Err(format!(
+        "the lease bucket {bucket} has a TTL of {} ms, this node's --cluster-lease-ms is {}: \
+         every node of a cluster must use the same (to change it, stop every node and \
+         delete the bucket, e.g. `nats kv del {bucket}`)",
+        theirs.as_millis(),
+        ours.as_millis()
+    ))
+}
+
 /// The bucket holding cluster `cluster`'s lease (a name `subjects.rs`
 /// accepts).
 pub fn bucket_name(cluster: &str) -> Result<String, String> {
@@ -163,28 +178,51 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Opens (creating or reconfiguring) the lease bucket of `cluster`. The
-    /// TTL is the bucket's, so every node should use the same; the last to
-    /// open sets it.
+    /// Opens the lease bucket of `cluster`, creating it if absent. The
+    /// TTL is the bucket's (`max_age`), and every node must judge the
+    /// lease by the same one (a standby with a shorter TTL than the
+    /// holder's would take a lease its holder still renews): a bucket
+    /// with another TTL is refused, naming both.
     pub async fn open(
         js: &jetstream::Context,
         cluster: &str,
         timing: Timing,
         replicas: usize,
-    ) -> Result<Lease, String> {
-        let bucket = bucket_name(cluster)?;
-        let config = kv::Config {
-            bucket: bucket.clone(),
-            description: format!("sprout cluster {cluster}: who leads"),
-            history: 1,
-            max_age: timing.ttl,
-            num_replicas: replicas,
-            ..Default::default()
+    ) -> Result<Lease, Trouble> {
+        let bucket = bucket_name(cluster).map_err(Trouble::Refused)?;
+        let stream = format!("KV_{bucket}");
+        let ttl = match js.get_stream(&stream).await {
+            Ok(mut found) => {
+                let info = found.info().await.map_err(|e| {
+                    Trouble::Passing(format!("cannot read the lease bucket {bucket}: {e}"))
+                })?;
+                Some(info.config.max_age)
+            }
+            Err(_) => None,
         };
-        let store = js
-            .create_or_update_key_value(config)
-            .await
-            .map_err(|e| format!("opening the lease bucket {bucket}: {e}"))?;
+        let store = match ttl {
+            Some(ttl) => {
+                agree(&bucket, ttl, timing.ttl).map_err(Trouble::Refused)?;
+                js.get_key_value(&bucket).await.map_err(|e| {
+                    Trouble::Passing(format!("opening the lease bucket {bucket}: {e}"))
+                })?
+            }
+            // Absent (or unreadable: creating fails then, or finds the
+            // bucket made meanwhile with other settings; either way the
+            // next try reads it).
+            None => {
+                js.create_key_value(kv::Config {
+                    bucket: bucket.clone(),
+                    description: format!("sprout cluster {cluster}: who leads"),
+                    history: 1,
+                    max_age: timing.ttl,
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| Trouble::Passing(format!("creating the lease bucket {bucket}: {e}")))?
+            }
+        };
         Ok(Lease { store, timing })
     }
 
@@ -531,6 +569,16 @@ mod tests {
         let table = [(0, 1), (1, 1), (2, 2), (3, 3), (5, 3), (9, 3)];
         for (nodes, want) in table {
             assert_eq!(replicas(nodes), want, "{nodes} nodes");
+        }
+    }
+
+    #[test]
+    fn nodes_must_agree_on_the_ttl() {
+        let ms = Duration::from_millis;
+        assert_eq!(agree("b", ms(1500), ms(1500)), Ok(()));
+        let err = agree("sprout-c-lease", ms(1500), ms(3000)).unwrap_err();
+        for part in ["1500 ms", "is 3000", "sprout-c-lease"] {
+            assert!(err.contains(part), "{err}");
         }
     }
 

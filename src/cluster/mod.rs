@@ -18,8 +18,10 @@
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
 //! - `node.rs`: a node's life: follow, claim, lead, stop;
-//! - `relay.rs`: a standby's client connections passed to the leader.
+//! - `relay.rs`: a standby's client connections passed to the leader;
+//! - `bridge.rs`: the embedded Redis bridge, on the leader only.
 
+mod bridge;
 pub mod config;
 mod follow;
 pub mod lease;
@@ -33,6 +35,7 @@ pub mod version;
 pub mod writer;
 
 pub use config::{ClusterArgs, Options};
+pub use stream::Trouble;
 
 /// What a node is doing now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +150,24 @@ impl Side {
             }
             Role::Standby { leader: None } => {}
         }
+    }
+
+    /// Runs the embedded Redis bridge whenever this node leads (see
+    /// `bridge.rs`), through `connector` (in-process connections).
+    pub fn run_bridge(
+        &self,
+        config: crate::bridge::config::Config,
+        connector: crate::bridge::server_side::Connector,
+        status: crate::bridge::Status,
+    ) {
+        let run = bridge::run(
+            self.role.clone(),
+            self.shared.clone(),
+            config,
+            connector,
+            status,
+        );
+        tokio::spawn(run);
     }
 
     /// At shutdown, after the store is closed: gives the lease up so a

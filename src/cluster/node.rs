@@ -97,7 +97,8 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
             Err(Trouble::Passing(why)) => why,
             Ok(stream) => match Lease::open(&js, &options.name, timing, options.replicas).await {
                 Ok(lease) => break (stream, lease),
-                Err(why) => why,
+                Err(Trouble::Refused(why)) => return Err(why),
+                Err(Trouble::Passing(why)) => why,
             },
         };
         tracing::warn!("{trouble}; trying again");

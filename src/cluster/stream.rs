@@ -77,7 +77,8 @@ pub fn check(config: &Config, subjects: &Subjects) -> Result<(), String> {
     }
 }
 
-/// Why the stream could not be had.
+/// Why the stream (or the lease bucket) could not be had.
+#[derive(Debug)]
 pub enum Trouble {
     /// NATS did not answer in time (a cluster still starting, an
     /// election): worth trying again.

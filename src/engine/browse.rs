@@ -128,6 +128,30 @@ impl Engine {
         Some(self.info(slot, self.cursor_of(slot)))
     }
 
+    /// Every job of tube `name` with its body, in any state and no order
+    /// (one pass over the tube, not pages): what a new cluster leader's
+    /// embedded Redis bridge reads its timers and deliveries from
+    /// (`cluster/bridge.rs`).
+    pub fn bodies_in(&self, name: &TubeName) -> Vec<(JobId, Bytes)> {
+        let Some(t) = self.tubes.find(name) else {
+            return Vec::new();
+        };
+        let tube = &self.tubes[t];
+        let held = self
+            .conns
+            .values()
+            .flat_map(|c| c.reserved.iter())
+            .map(|&(_, slot)| slot)
+            .filter(|&slot| self.jobs[slot].tube == t);
+        let slots = (tube.ready.entries().iter().map(|e| e.slot))
+            .chain(tube.delayed.entries().iter().map(|e| e.slot))
+            .chain(tube.buried.iter().map(|&(_, slot)| slot))
+            .chain(held);
+        slots
+            .map(|slot| (self.jobs[slot].id, self.jobs.body_bytes(slot)))
+            .collect()
+    }
+
     /// Up to `limit` (at most [`MAX_PAGE`]) jobs of tube `name` in `state`,
     /// in that state's order, after `after`; `None` if there is no such
     /// tube. Ready jobs come in reserve order, delayed jobs soonest first,

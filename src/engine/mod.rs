@@ -568,6 +568,61 @@ impl Engine {
         self.arm_conn(DEPARTED);
     }
 
+    /// The jobs of tube `name` held for [`DEPARTED`] (reserved on a leader
+    /// that died), with their bodies, lowest id first. A new leader's
+    /// embedded Redis bridge looks at its own timers this way
+    /// (`cluster/bridge.rs`): their worker died with the old leader.
+    pub fn departed_in(&self, name: &sprout_protocol::TubeName) -> Vec<(JobId, bytes::Bytes)> {
+        let (Some(t), Some(departed)) = (self.tubes.find(name), self.conns.get(&DEPARTED)) else {
+            return Vec::new();
+        };
+        let mut held: Vec<(JobId, bytes::Bytes)> = departed
+            .reserved
+            .iter()
+            .filter(|&&(_, slot)| self.jobs[slot].tube == t)
+            .map(|&(_, slot)| (self.jobs[slot].id, self.jobs.body_bytes(slot)))
+            .collect();
+        held.sort_unstable_by_key(|(id, _)| *id);
+        held
+    }
+
+    /// Ends [`DEPARTED`]'s hold on job `id` now: deleted, or back to ready
+    /// as if its TTR had run out (`timeouts` one more). False if
+    /// [`DEPARTED`] does not hold it. Journaled as the delete or the
+    /// timeout would be.
+    pub fn end_departed(&mut self, id: JobId, delete: bool, now: Time) -> bool {
+        self.tick(now);
+        if !self.conns.contains_key(&DEPARTED) {
+            return false;
+        }
+        let Some(slot) = self.owned(DEPARTED, id) else {
+            return false;
+        };
+        if delete {
+            self.unreserve(DEPARTED, slot);
+            self.tubes[self.jobs[slot].tube].deletes += 1;
+            self.discard(slot);
+        } else {
+            self.time_out(DEPARTED, slot);
+        }
+        true
+    }
+
+    /// `conn`'s hold on job `slot` ends as its TTR runs out: ready again,
+    /// `timeouts` one more.
+    fn time_out(&mut self, conn: ConnId, slot: u32) {
+        self.unreserve(conn, slot);
+        self.jobs.bump(slot, Counter::Timeouts);
+        self.stats.timeouts += 1;
+        // It happens anyway; without room only its record is skipped (see
+        // `room.rs`).
+        let record = self.room_to_update(slot);
+        self.make_ready(slot);
+        if record {
+            self.record_update(slot);
+        }
+    }
+
     fn make_reserved(&mut self, conn: ConnId, slot: u32) {
         let job = &mut self.jobs[slot];
         let ready_since = (job.state() == State::Ready).then_some(job.deadline);
@@ -787,16 +842,7 @@ impl Engine {
         }
         if let Some((deadline, slot)) = self.conns[&conn].soonest() {
             if deadline <= self.now {
-                self.unreserve(conn, slot);
-                self.jobs.bump(slot, Counter::Timeouts);
-                self.stats.timeouts += 1;
-                // It happens anyway; without room only its record is
-                // skipped (see `room.rs`).
-                let record = self.room_to_update(slot);
-                self.make_ready(slot);
-                if record {
-                    self.record_update(slot);
-                }
+                self.time_out(conn, slot);
             }
         }
         let timed_out = self.conns[&conn]

@@ -15,7 +15,8 @@
 //! holds what the durability tests add (a store directory that outlives
 //! servers, kill -9, a client that survives them), `model.rs` the load and
 //! the check of what survived that the crash and failover tests share, and
-//! `nats.rs` runs a NATS cluster for the cluster tests. Everything is re-exported here, so
+//! `nats.rs` runs a NATS cluster for the cluster tests, `sprouts.rs` the
+//! sprout nodes of one. Everything is re-exported here, so
 //! a test names `common::X` whatever file `X` lives in.
 
 #![allow(dead_code)]
@@ -29,6 +30,7 @@ mod client;
 pub mod model;
 pub mod nats;
 mod server;
+pub mod sprouts;
 mod store;
 mod yaml;
 

@@ -1,0 +1,124 @@
+//! The embedded Redis bridge (`--redis-bridge` and its kin) in a cluster
+//! node: it runs on whichever node leads, and nowhere else.
+//!
+//! Its pending expiries are timer jobs (`bridge-timers.TUBE`), so they
+//! live in the replicated job state like every job: a failover neither
+//! loses them nor moves their deadlines. Its index (`--bridge-state-dir`,
+//! key → current timer) is the node's own: on a new leader it is empty, or
+//! stale from when this node last led. Left so, it would double expiries:
+//! reconciliation at start puts a second timer for every live key (the
+//! index names none), and whichever of the two fires second finds the key
+//! gone and delivers again. So a new leader rebuilds its index from the
+//! cluster's timers before the bridge starts (`bridge::adopt_timers`: the
+//! newest timer of each key is current, as ids only grow across leaders).
+//!
+//! What needs care is what the old leader's bridge was doing when it died.
+//! A firing worker reserves due timers, asks Redis, puts each delivery and
+//! only then deletes its timer. On the new leader those timers are held
+//! for the dead connection (`DEPARTED`) until their TTR runs out, 300 s
+//! for a timer. So before the bridge starts here, [`hand_over`] ends each
+//! such hold at once: a timer whose delivery is in the delivery tube
+//! already (put and acknowledged, its delete never made) is deleted, the
+//! rest go back to ready and fire afresh. Neither lost, nor doubled, nor
+//! late by a TTR.
+//!
+//! One window stays: a consumer that reserves *and deletes* the delivery
+//! before the old leader's bridge got its timer's delete in (it sends it
+//! right after the put's answer, in-process), and the leader dying in
+//! between. The timer is then fired again. A bridge that turns a timer
+//! into its delivery in one step (one record) closes it.
+//!
+//! Stopping: a node stops leading only by exiting (fail-stop, `node.rs`),
+//! and the bridge goes with the process. Should the role ever change
+//! otherwise, the process exits too: the bridge's workers must not go on
+//! putting into a replica.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::Role;
+use crate::bridge::{self, config::Config, server_side::Connector, Status};
+use crate::shared::Shared;
+use crate::store;
+
+/// Waits until this node leads, hands the old leader's bridge work over
+/// and runs the bridge for as long as this node leads.
+pub async fn run(
+    mut role: watch::Receiver<Role>,
+    shared: Arc<Shared>,
+    config: Config,
+    connector: Connector,
+    status: Status,
+) {
+    if role.wait_for(|r| *r == Role::Leader).await.is_err() {
+        return;
+    }
+    match hand_over(&shared, &config).await {
+        Ok(()) => {}
+        Err(e) => {
+            tracing::error!("embedded Redis bridge: {e}; stopping");
+            std::process::exit(1);
+        }
+    }
+    let stepped_down = async move {
+        let _ = role.wait_for(|r| *r != Role::Leader).await;
+    };
+    let run = bridge::run_reporting(config, connector, stepped_down, &status);
+    match run.await {
+        Ok(()) => tracing::error!("this node stopped leading: the embedded Redis bridge stops"),
+        Err(e) => tracing::error!(error = %e, "the embedded Redis bridge stopped"),
+    }
+    std::process::exit(1);
+}
+
+/// Ends the holds of the old leader's bridge on its timers (see the module
+/// docs), waits until the stream has the changes, and makes this node's
+/// bridge index name the timers the cluster holds.
+async fn hand_over(shared: &Shared, config: &Config) -> Result<(), String> {
+    let started = Instant::now();
+    let (seq, held, fired, timers) = {
+        let now = shared.clock.now();
+        let mut state = shared.lock();
+        let held = state.engine.departed_in(&config.timer_tube);
+        let mut fired = Vec::new();
+        if let Some(&(first, _)) = held.first() {
+            // A timer's delivery is put after the timer: only later jobs.
+            let mut deliveries = state.engine.bodies_in(&config.tube);
+            deliveries.retain(|(id, _)| *id > first);
+            let deliveries: Vec<Bytes> = deliveries.into_iter().map(|(_, body)| body).collect();
+            fired = bridge::fired_already(&held, &deliveries);
+            for (id, _) in &held {
+                state.engine.end_departed(*id, fired.contains(id), now);
+            }
+        }
+        let timers = state.engine.bodies_in(&config.timer_tube);
+        (state.submit(), held.len(), fired.len(), timers)
+    };
+    if seq != 0 {
+        let mut progress = shared.store.progress();
+        let kept = store::acknowledged(&*shared.store, &mut progress, seq, 0)
+            .await
+            .map_err(|e| format!("the store stopped: {e}"))?;
+        if kept.failed(seq) {
+            return Err("the stream refused the hand-over of the old leader's timers".into());
+        }
+    }
+    let config = config.clone();
+    let count = timers.len();
+    let keys = tokio::task::spawn_blocking(move || bridge::adopt_timers(&config, &timers))
+        .await
+        .map_err(|e| format!("rebuilding the bridge index: {e}"))?
+        .map_err(|e| format!("rebuilding the bridge index: {e}"))?;
+    tracing::info!(
+        held,
+        delivered_already = fired,
+        timers = count,
+        keys,
+        took = ?started.elapsed(),
+        "took over the old leader's bridge: its firing timers ended, the index rebuilt from the cluster's timers"
+    );
+    Ok(())
+}

@@ -5,8 +5,10 @@
 # and ignores `-b DIR` and `-f MS` (a cluster reply always waits for a
 # quorum of the NATS servers), so compare.sh's fsync0 rows compare it with
 # the other side's `-f 0`. exec keeps the pid sprout's, so compare.sh's CPU
-# figures are sprout's alone: the NATS servers' CPU is not counted. The NATS
-# servers and their files go when sprout does.
+# figures are sprout's; the NATS servers' pids go to the file
+# BENCH_HELPER_PIDS names (comma-separated), which compare.sh passes to the
+# load tool to report their CPU apart. The NATS servers and their files go
+# when sprout does.
 # SPROUT: the binary (default: this tree's release build); NATS_SERVER: the
 # nats-server (default: target/nats/bin/nats-server, from tests/run.sh).
 set -eu
@@ -56,5 +58,8 @@ setsid bash -c '
     kill -9 "$@" 2>/dev/null
     rm -rf "$dir"
 ' watcher "$$" "$dir" "${pids[@]}" </dev/null >/dev/null 2>&1 &
+if [[ -n ${BENCH_HELPER_PIDS:-} ]]; then
+    (IFS=,; echo "${pids[*]}") >"$BENCH_HELPER_PIDS"
+fi
 urls="nats://127.0.0.1:${client[0]},nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]}"
 exec "$sprout" --cluster "$urls" --node-id bench "${args[@]}"

@@ -16,6 +16,7 @@
 #   --fill-only     only the memory rows (fill, ready and delayed)
 #   --fill-jobs N   jobs each fill holds (default 1,000,000; 200,000 with --quick)
 #   --out FILE      keep the raw JSON lines here (default: a temporary file)
+#   --only REGEX    only the scenarios whose "MODE LABEL" matches (e.g. 'fsync0 pingpong')
 # Each server is started as `CMD -l 127.0.0.1 -p PORT [-b DIR [-f 0]]`, so any
 # beanstalkd-compatible server taking those flags (tuber, another rewrite) can
 # be A or B. Prints a Markdown table.
@@ -31,6 +32,7 @@ durable=false
 fill_only=false
 fill_jobs=""
 out=""
+only=""
 
 while (($#)); do
     case $1 in
@@ -42,6 +44,7 @@ while (($#)); do
         --fill-only) fill_only=true; shift ;;
         --fill-jobs) fill_jobs=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -87,9 +90,13 @@ run() {
         fsync0) extra=(-b "$work/data" -f 0) ;;
     esac
     rm -rf "$work/data" && mkdir -p "$work/data"
-    start_server "$cmd" "${extra[@]}"
-    local line prefix="{\"mode\":\"$mode\",\"label\":\"$label\",\"side\":\"$side\",\"round\":$round,"
-    if line=$("$load" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" 2>"$work/load.err"); then
+    # A server that needs other processes (benches/cluster-wrap.sh: its NATS
+    # servers) names them here; their CPU is reported apart.
+    : >"$work/helpers"
+    BENCH_HELPER_PIDS=$work/helpers start_server "$cmd" "${extra[@]}"
+    local helpers=() line prefix="{\"mode\":\"$mode\",\"label\":\"$label\",\"side\":\"$side\",\"round\":$round,"
+    if [[ -s $work/helpers ]]; then helpers=(--helper-pids "$(cat "$work/helpers")"); fi
+    if line=$("$load" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" "${helpers[@]}" 2>"$work/load.err"); then
         echo "${line/#\{/$prefix}" >>"$out"
     else
         failures=$((failures + 1))
@@ -104,6 +111,7 @@ run() {
 scenario() {
     local mode=$1 label=$2 round
     shift 2
+    if [[ -n $only && ! "$mode $label" =~ $only ]]; then return; fi
     for round in $(seq "$rounds"); do
         run "$mode" "$label" A "$round" "$@"
         run "$mode" "$label" B "$round" "$@"
@@ -196,6 +204,9 @@ for (mode, label), sides in groups.items():
                      f"(A/B {ratio(ok_a, ok_b, 'rss_per_job')})")
     notes.append(f"kernel CPU µs/job A {fmt(med(ra, 'sys_us_per_job'), 2)}, "
                  f"B {fmt(med(rb, 'sys_us_per_job'), 2)}")
+    for side, rs in (("A", ra), ("B", rb)):
+        if any("helper_cpu_us_per_job" in r for r in rs):
+            notes.append(f"{side}'s helpers (NATS) CPU µs/job {fmt(med(rs, 'helper_cpu_us_per_job'), 2)}")
     if errors:
         notes.append(f"**{len(errors)} failed**: {errors[0][:80]}")
     print(f"| {mode} | {label} | {fmt(med(ra, 'jobs_per_sec'))} | {fmt(med(rb, 'jobs_per_sec'))} "

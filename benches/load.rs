@@ -27,7 +27,8 @@
 //! With `--pid` (the server's process id) the line also carries the server's
 //! CPU time over the timed part (utime + stime from `/proc/PID/stat`, and
 //! the kernel's share, stime, on its own) and its memory (`VmRSS`, `VmHWM`
-//! from `/proc/PID/status`).
+//! from `/proc/PID/status`); with `--helper-pids A,B,C` also the CPU time of
+//! processes the server needs (a cluster node's NATS servers), apart.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -116,6 +117,11 @@ struct Args {
     /// The server's process id, to read its CPU time and memory from /proc.
     #[arg(long)]
     pid: Option<u32>,
+    /// Processes the server needs besides itself (a cluster node's NATS
+    /// servers), comma-separated: their CPU time is reported apart
+    /// (`helper_cpu_us_per_job`).
+    #[arg(long, value_delimiter = ',')]
+    helper_pids: Vec<u32>,
 }
 
 type Fallible<T> = Result<T, String>;
@@ -156,7 +162,10 @@ async fn run(args: Args) -> Fallible<String> {
     if !numbers.iter().all(|n| *n >= 0.0 && n.is_finite()) {
         return Err("--delay, --spread and --rate must be non-negative numbers".into());
     }
-    let probe = Probe { pid: args.pid };
+    let probe = Probe {
+        pid: args.pid,
+        helpers: args.helper_pids.clone(),
+    };
     let mut report = Report::default();
     report.text("scenario", &format!("{:?}", args.scenario).to_lowercase());
     report.text("addr", &args.addr);
@@ -681,6 +690,7 @@ impl Work for Consumer {
 /// The server's CPU time and memory, when its pid is known.
 struct Probe {
     pid: Option<u32>,
+    helpers: Vec<u32>,
 }
 
 #[derive(Clone, Copy)]
@@ -689,6 +699,8 @@ struct Sample {
     /// The part of `cpu_seconds` spent in the kernel (stime).
     sys_seconds: f64,
     rss_kb: u64,
+    /// The helpers' CPU time, all together.
+    helper_cpu_seconds: f64,
 }
 
 impl Probe {
@@ -697,10 +709,16 @@ impl Probe {
             return Ok(None);
         };
         let (user, sys) = cpu_seconds(pid)?;
+        let mut helper_cpu_seconds = 0.0;
+        for &helper in &self.helpers {
+            let (user, sys) = cpu_seconds(helper)?;
+            helper_cpu_seconds += user + sys;
+        }
         Ok(Some(Sample {
             cpu_seconds: user + sys,
             sys_seconds: sys,
             rss_kb: status_kb(pid, "VmRSS")?,
+            helper_cpu_seconds,
         }))
     }
 }
@@ -761,6 +779,10 @@ impl Report {
             // the part a server cannot shave by being smarter in user space.
             let sys = after.sys_seconds - before.sys_seconds;
             self.float("sys_us_per_job", sys * 1e6 / jobs.max(1) as f64);
+            if !probe.helpers.is_empty() {
+                let helpers = after.helper_cpu_seconds - before.helper_cpu_seconds;
+                self.float("helper_cpu_us_per_job", helpers * 1e6 / jobs.max(1) as f64);
+            }
             self.number("rss_kb", after.rss_kb);
             self.number("hwm_kb", status_kb(pid, "VmHWM")?);
         }

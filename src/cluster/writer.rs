@@ -41,6 +41,18 @@ const BATCH_BYTES: usize = 1 << 20;
 const CLEAN_PAGES: usize = 200;
 /// Batches on their way to the stream at once.
 const IN_FLIGHT: usize = 8;
+
+/// [`IN_FLIGHT`], or `SPROUT_CLUSTER_IN_FLIGHT` (a benchmark knob, 1–64).
+fn in_flight() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("SPROUT_CLUSTER_IN_FLIGHT")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .filter(|n| (1..=64).contains(n))
+            .unwrap_or(IN_FLIGHT)
+    })
+}
 /// How long batches are sent again while the stream cannot take them:
 /// longer than NATS's own elections (5–9 s measured).
 const RETRY_FOR: Duration = Duration::from_secs(30);
@@ -243,7 +255,7 @@ impl Writer {
         // Since when, and how often, the oldest batch has been sent again.
         let mut retry: Option<(Instant, u32)> = None;
         loop {
-            if flying.len() < IN_FLIGHT {
+            if flying.len() < in_flight() {
                 let groups = self.store.take();
                 let clean = idle && self.pages.log.over_bound();
                 if !groups.is_empty() || clean {
@@ -255,7 +267,7 @@ impl Writer {
                     continue;
                 }
             }
-            let room = flying.len() < IN_FLIGHT;
+            let room = flying.len() < in_flight();
             let Some(oldest) = flying.front_mut() else {
                 let woken = tokio::time::timeout(IDLE, self.store.wake.notified()).await;
                 idle = woken.is_err();

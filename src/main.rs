@@ -126,7 +126,9 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         let connector = bridge::server_side::Connector::Local(server.local_connector());
         // In a cluster, only on the leader, once it leads.
         if let Some(side) = server.cluster() {
-            side.run_bridge(config, connector, status);
+            side.run_bridge(config, move |config, stepped_down| async move {
+                bridge::run_reporting(config, connector, stepped_down, &status).await
+            });
         } else {
             tokio::spawn(async move {
                 let run = bridge::run_reporting(config, connector, std::future::pending(), &status);

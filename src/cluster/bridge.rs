@@ -33,6 +33,7 @@
 //! otherwise, the process exits too: the bridge's workers must not go on
 //! putting into a replica.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,34 +41,36 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::Role;
-use crate::bridge::{self, config::Config, server_side::Connector, Status};
+use crate::bridge::{self, config::Config};
 use crate::shared::Shared;
 use crate::store;
 
+/// Completes when this node stops leading.
+pub type SteppedDown = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Waits until this node leads, hands the old leader's bridge work over
-/// and runs the bridge for as long as this node leads.
-pub async fn run(
+/// and runs the bridge (`bridge`, see `Side::run_bridge`) for as long as
+/// this node leads.
+pub async fn run<F, Fut>(
     mut role: watch::Receiver<Role>,
     shared: Arc<Shared>,
     config: Config,
-    connector: Connector,
-    status: Status,
-) {
+    bridge: F,
+) where
+    F: FnOnce(Config, SteppedDown) -> Fut,
+    Fut: Future<Output = std::io::Result<()>>,
+{
     if role.wait_for(|r| *r == Role::Leader).await.is_err() {
         return;
     }
-    match hand_over(&shared, &config).await {
-        Ok(()) => {}
-        Err(e) => {
-            tracing::error!("embedded Redis bridge: {e}; stopping");
-            std::process::exit(1);
-        }
+    if let Err(e) = hand_over(&shared, &config).await {
+        tracing::error!("embedded Redis bridge: {e}; stopping");
+        std::process::exit(1);
     }
-    let stepped_down = async move {
+    let stepped_down = Box::pin(async move {
         let _ = role.wait_for(|r| *r != Role::Leader).await;
-    };
-    let run = bridge::run_reporting(config, connector, stepped_down, &status);
-    match run.await {
+    });
+    match bridge(config, stepped_down).await {
         Ok(()) => tracing::error!("this node stopped leading: the embedded Redis bridge stops"),
         Err(e) => tracing::error!(error = %e, "the embedded Redis bridge stopped"),
     }

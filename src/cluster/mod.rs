@@ -34,6 +34,7 @@ mod subjects;
 pub mod version;
 pub mod writer;
 
+pub use bridge::SteppedDown;
 pub use config::{ClusterArgs, Options};
 pub use stream::Trouble;
 
@@ -153,20 +154,16 @@ impl Side {
     }
 
     /// Runs the embedded Redis bridge whenever this node leads (see
-    /// `bridge.rs`), through `connector` (in-process connections).
-    pub fn run_bridge(
-        &self,
-        config: crate::bridge::config::Config,
-        connector: crate::bridge::server_side::Connector,
-        status: crate::bridge::Status,
-    ) {
-        let run = bridge::run(
-            self.role.clone(),
-            self.shared.clone(),
-            config,
-            connector,
-            status,
-        );
+    /// `bridge.rs`): once it leads and has handed the old leader's bridge
+    /// work over, `bridge(config, stepped_down)` runs it (the caller's
+    /// wiring: in-process connections to this node), where `stepped_down`
+    /// completes if this node stops leading.
+    pub fn run_bridge<F, Fut>(&self, config: crate::bridge::config::Config, bridge: F)
+    where
+        F: FnOnce(crate::bridge::config::Config, SteppedDown) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    {
+        let run = bridge::run(self.role.clone(), self.shared.clone(), config, bridge);
         tokio::spawn(run);
     }
 

@@ -16,13 +16,12 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
-
 use sprout_protocol::JobId;
 
 use super::corrupt::Corrupt;
 use super::entry::Kind;
 use super::page;
+use super::places::{Place, Places};
 use super::slots::{Slot, Slots};
 
 /// Dead bytes tolerated beyond the live ones before cleaning starts.
@@ -48,10 +47,9 @@ struct Page {
 
 #[derive(Default)]
 pub struct Log {
-    /// Every stored job: the sequence number of the page holding its latest
-    /// image, and that entry's length.
-    /// (Job ids are the server's own, so a fast unkeyed hash is safe.)
-    jobs: FxHashMap<JobId, (u64, u32)>,
+    /// Every stored job: the page holding its latest image, and that
+    /// entry's length (`places.rs`).
+    jobs: Places,
     /// Stored pages by sequence number.
     pages: BTreeMap<u64, Page>,
     slots: Slots,
@@ -60,12 +58,20 @@ pub struct Log {
     stored_bytes: u64,
 }
 
+/// A live job's latest image in the pages replayed.
+#[derive(Clone, Copy, Debug)]
+pub struct Live<'a> {
+    pub id: JobId,
+    /// The index of its page.
+    pub page: usize,
+    pub bytes: &'a [u8],
+}
+
 /// What replaying a store's pages found.
 pub struct Replayed<'a> {
     pub log: Log,
-    /// The latest image of every live job, still encoded, with the index
-    /// of the page it is in.
-    pub images: Vec<(usize, &'a [u8])>,
+    /// The latest image of every live job, still encoded.
+    pub images: Vec<Live<'a>>,
     /// Damaged entries skipped (only when salvaging).
     pub skipped: usize,
 }
@@ -133,8 +139,12 @@ impl Log {
         let mut images = Vec::with_capacity(log.jobs.len());
         for (seq, _, _, entries, at) in read {
             for entry in entries.flatten() {
-                if let Some(image) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
-                    images.push((at, image));
+                if let Some(bytes) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
+                    images.push(Live {
+                        id: entry.id,
+                        page: at,
+                        bytes,
+                    });
                 }
             }
         }
@@ -154,9 +164,9 @@ impl Log {
     /// Drops the stored image of `id`, if any; says whether there was one
     /// (then a delete needs a tombstone).
     pub fn forget(&mut self, id: JobId) -> bool {
-        match self.jobs.remove(&id) {
-            Some((_, len)) => {
-                self.live_bytes -= u64::from(len);
+        match self.jobs.remove(id) {
+            Some(place) => {
+                self.live_bytes -= u64::from(place.len);
                 true
             }
             None => false,
@@ -165,15 +175,15 @@ impl Log {
 
     /// Records that page `seq` holds the latest image of `id`.
     pub fn place(&mut self, seq: u64, id: JobId, len: u32) {
-        if let Some((_, old)) = self.jobs.insert(id, (seq, len)) {
-            self.live_bytes -= u64::from(old);
+        if let Some(old) = self.jobs.insert(id, Place::new(seq, len)) {
+            self.live_bytes -= u64::from(old.len);
         }
         self.live_bytes += u64::from(len);
     }
 
     /// Whether the image of `id` in page `seq` is its latest.
     pub fn is_live(&self, seq: u64, id: JobId) -> bool {
-        self.jobs.get(&id).is_some_and(|&(s, _)| s == seq)
+        self.jobs.get(id).is_some_and(|place| place.in_page(seq))
     }
 
     /// Adds the next page, of `bytes` bytes; returns its sequence number

@@ -17,8 +17,8 @@
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
 //! - `absorb.rs`: sled takes the journal in; `pack.rs`: records into pages;
-//!   `page.rs`, `log.rs`, `slots.rs`, `blobs.rs`: how jobs are kept in sled,
-//!   and kept bounded;
+//!   `page.rs`, `log.rs`, `places.rs`, `slots.rs`, `blobs.rs`: how jobs are
+//!   kept in sled, and kept bounded;
 //! - `recover.rs`: sled, then the journal's tail, back at startup;
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
@@ -52,6 +52,7 @@ mod keeper;
 mod log;
 mod pack;
 mod page;
+mod places;
 mod record;
 mod recover;
 mod room;

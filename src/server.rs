@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::cli::Args;
 use crate::cluster;
 use crate::connection;
-use crate::engine::{BinlogStats, Clock, Config, Engine};
+use crate::engine::{BinlogStats, Clock, Config, Engine, JobImage};
 use crate::http;
 use crate::service;
 use crate::shared::Shared;
@@ -167,6 +167,17 @@ impl Drop for Listener {
     }
 }
 
+/// A durable store's jobs go straight into the engine as they are read.
+impl durable::Restore for Engine {
+    fn reserve(&mut self, jobs: usize) {
+        self.reserve_jobs(jobs);
+    }
+
+    fn restore(&mut self, image: &JobImage) {
+        Engine::restore(self, image);
+    }
+}
+
 /// A bound server, ready to run.
 pub struct Server {
     listeners: Vec<Listener>,
@@ -196,20 +207,14 @@ impl Server {
                     file_size: args.binlog_size,
                     max_job_size: args.effective_max_job_size(),
                 };
-                let (store, recovered) = DurableStore::open(&options, binlog)?;
-                let read = started.elapsed();
-                engine.reserve_jobs(recovered.jobs.len());
-                for image in &recovered.jobs {
-                    engine.restore(image);
-                }
+                let (store, recovered) = DurableStore::open(&options, binlog, &mut engine)?;
                 engine.reserve_ids_below(recovered.next_id);
                 tracing::info!(
-                    jobs = recovered.jobs.len(),
+                    jobs = recovered.jobs,
                     skipped = recovered.skipped,
                     journal_frames = recovered.replayed,
                     stored_bytes = recovered.stored_bytes,
                     live_bytes = recovered.live_bytes,
-                    restoring = ?(started.elapsed() - read),
                     "recovered from {} in {:?}",
                     dir.display(),
                     started.elapsed()

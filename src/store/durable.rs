@@ -24,6 +24,7 @@ use super::bells;
 use super::blobs::Blobs;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
+pub use super::recover::Restore;
 use super::recover::{self, Recovered};
 use super::whole::Marker;
 use super::{ids, segment, Policy, Progress, Seq, Store};
@@ -63,11 +64,13 @@ fn other(what: String) -> io::Error {
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl DurableStore {
-    /// Opens (or creates) the store in `options.dir` and reads back every
-    /// job. A damaged store is an error unless `options.salvage` is set.
+    /// Opens (or creates) the store in `options.dir` and reads every job
+    /// back into `into`. A damaged store is an error unless
+    /// `options.salvage` is set.
     pub fn open(
         options: &Options,
         stats: Arc<BinlogStats>,
+        into: &mut dyn Restore,
     ) -> io::Result<(DurableStore, Recovered)> {
         let dir = &options.dir;
         let file_size = options.file_size.clamp(MIN_FILE_SIZE, MAX_FILE_SIZE);
@@ -106,7 +109,7 @@ impl DurableStore {
         if new {
             whole.make()?;
         }
-        let opened = recover::recover(&db, dir, options.salvage, whole.present(), file_size)
+        let opened = recover::recover(&db, dir, options.salvage, whole.present(), file_size, into)
             .map_err(|e| {
                 other(format!(
                     "the store in {} is damaged: {e}; refusing to start so no job is \

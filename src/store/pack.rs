@@ -123,7 +123,7 @@ mod tests {
         let mut ids: Vec<JobId> = replayed
             .images
             .iter()
-            .map(|&(_, i)| crate::store::record::decode_job(i).unwrap().id)
+            .map(|image| crate::store::record::decode_job(image.bytes).unwrap().id)
             .collect();
         ids.sort_unstable();
         ids

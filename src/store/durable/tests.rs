@@ -57,13 +57,15 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
     }
 }
 
-fn open(dir: &std::path::Path) -> (DurableStore, Recovered) {
+fn open(dir: &std::path::Path) -> (DurableStore, Recovered, Vec<JobImage>) {
     // The default window: records left alone are applied (and the log
     // cleaned) 50 ms after they arrive.
     open_with(dir, Policy::Every(Duration::from_millis(50)))
 }
 
-fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered) {
+/// Opens the store in `dir`; also returns its jobs, checked to come in
+/// the order to restore them in: by id, buried jobs last in bury order.
+fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered, Vec<JobImage>) {
     let options = Options {
         dir: dir.to_path_buf(),
         policy,
@@ -75,8 +77,17 @@ fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered)
     // sled's background threads let go of the directory lock a little
     // after a close.
     for _ in 0..100 {
-        match DurableStore::open(&options, Arc::new(BinlogStats::default())) {
-            Ok(opened) => return opened,
+        let mut jobs = Vec::new();
+        match DurableStore::open(&options, Arc::new(BinlogStats::default()), &mut jobs) {
+            Ok((store, recovered)) => {
+                let key = |j: &JobImage| match j.state {
+                    Stored::Buried(seq) => (1, seq, j.id),
+                    _ => (0, j.id, 0),
+                };
+                assert!(jobs.windows(2).all(|w| key(&w[0]) < key(&w[1])));
+                assert_eq!(recovered.jobs, jobs.len());
+                return (store, recovered, jobs);
+            }
             Err(e) if e.to_string().contains("acquire lock") => {
                 std::thread::sleep(Duration::from_millis(50))
             }
@@ -95,8 +106,8 @@ fn pages_read_back_exactly_the_live_jobs() {
     let mut next_id = 1;
     let (mut shrank, mut last_stored) = (false, 0);
     for round in 0..8 {
-        let (store, recovered) = open(&dir);
-        let back: BTreeMap<u64, JobImage> = recovered.jobs.into_iter().map(|j| (j.id, j)).collect();
+        let (store, recovered, jobs) = open(&dir);
+        let back: BTreeMap<u64, JobImage> = jobs.into_iter().map(|j| (j.id, j)).collect();
         assert_eq!(back, model, "round {round}");
         assert!(recovered.next_id >= next_id);
         let (stored, live) = (recovered.stored_bytes, recovered.live_bytes);
@@ -143,7 +154,7 @@ fn pages_read_back_exactly_the_live_jobs() {
     assert!(shrank, "cleaning never ran");
 
     // Left alone, the writer cleans on its own down to the bound.
-    let (store, recovered) = open(&dir);
+    let (store, recovered, _) = open(&dir);
     let mut ids: Vec<u64> = model.keys().copied().collect();
     let gone = ids.split_off(ids.len() / 2);
     for id in &gone {
@@ -154,8 +165,8 @@ fn pages_read_back_exactly_the_live_jobs() {
     assert!(store.write_out());
     std::thread::sleep(Duration::from_millis(500));
     store.close();
-    let (_store, recovered) = open(&dir);
-    let back: BTreeMap<u64, JobImage> = recovered.jobs.into_iter().map(|j| (j.id, j)).collect();
+    let (_store, recovered, jobs) = open(&dir);
+    let back: BTreeMap<u64, JobImage> = jobs.into_iter().map(|j| (j.id, j)).collect();
     assert_eq!(back, model);
     let (stored, live) = (recovered.stored_bytes, recovered.live_bytes);
     assert!(
@@ -175,7 +186,7 @@ fn a_job_put_and_deleted_within_one_window_never_reaches_sled() {
             pause.as_millis()
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let (store, _) = open_with(&dir, Policy::Always);
+        let (store, ..) = open_with(&dir, Policy::Always);
         let (kept, gone) = (image(1, &mut rng), image(2, &mut rng));
         // Separate submissions, as from separate commands, each written to
         // the journal as its reply would be.
@@ -187,8 +198,8 @@ fn a_job_put_and_deleted_within_one_window_never_reaches_sled() {
         store.submit(vec![Record::Delete(2)]);
         assert!(store.write_out());
         store.close();
-        let (_store, recovered) = open_with(&dir, Policy::Always);
-        assert_eq!(recovered.jobs, vec![kept]);
+        let (_store, recovered, jobs) = open_with(&dir, Policy::Always);
+        assert_eq!(jobs, vec![kept]);
         let stored = recovered.stored_bytes;
         let _ = std::fs::remove_dir_all(&dir);
         stored

@@ -94,7 +94,8 @@
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
 //! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`
 //!   (pure), carried out by `Registry::fire` in `bridge/registry.rs` for
-//!   the workers of `bridge/fire.rs`.
+//!   the workers of `bridge/fire.rs`; on the server, the `fire` command
+//!   (`engine/fire.rs`) turns the timer into its delivery in one record.
 
 pub mod admin;
 mod alarm;

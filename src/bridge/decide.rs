@@ -15,7 +15,7 @@
 //! * [`is_timer_of`]: whether a timer job is the one the index names.
 
 use super::body::Timer;
-use super::index::{Entry, CANCELLED};
+use super::index::{KeyEntry, CANCELLED};
 use super::redis_side::{Expiry, Reading};
 use super::work::Hint;
 
@@ -41,12 +41,12 @@ pub enum Sync {
     /// forget the delivered mark.
     Unmark,
     /// Put a timer for `at`, record it, then delete `old`'s timer.
-    Arm { at: i64, old: Option<Entry> },
+    Arm { at: i64, old: Option<KeyEntry> },
     /// The index is right about the expiry; check that the server still
     /// holds `cur`'s timer, and if not, arm one for `at`.
-    Verify { at: i64, cur: Entry },
+    Verify { at: i64, cur: KeyEntry },
     /// Delete `cur`'s timer: no TTL any more, or gone before its deadline.
-    Cancel(Entry),
+    Cancel(KeyEntry),
 }
 
 /// Do two readings of an expiry agree, as far as `err_ms` (the error of
@@ -59,7 +59,7 @@ fn same(a: i64, b: i64, err_ms: i64) -> bool {
 /// under the key's lock, before `now_ms`). An expiry within the reading's
 /// error of the index's is the same one (a `PTTL` reading moves with the
 /// round trip): the timer stays, and fires no earlier than Redis says.
-pub fn sync(hint: Hint, current: Option<Entry>, read: Reading, now_ms: i64) -> Sync {
+pub fn sync(hint: Hint, current: Option<KeyEntry>, read: Reading, now_ms: i64) -> Sync {
     let Reading { expiry, err_ms } = read;
     match (expiry, current) {
         (Expiry::Gone, Some(cur)) if cur.is_delivered() => Sync::Keep,
@@ -106,7 +106,7 @@ pub fn sync(hint: Hint, current: Option<Entry>, read: Reading, now_ms: i64) -> S
 /// of its own, queued behind this one, which do read Redis. Only a key
 /// the index does not know is read: it expired before the bridge saw it.
 /// `current` is only looked up when the hint leaves the question open.
-pub fn echo(hint: Hint, current: impl FnOnce() -> Option<Entry>) -> bool {
+pub fn echo(hint: Hint, current: impl FnOnce() -> Option<KeyEntry>) -> bool {
     hint.expired && !hint.changed && !hint.verify && current().is_some()
 }
 
@@ -120,21 +120,21 @@ pub enum Claim {
     Tombstone,
     /// Newer than the timer the index names (a crash lost the index's last
     /// write): record it as the key's, delete `drop`, then ask Redis.
-    Adopt { adopted: Entry, drop: u64 },
+    Adopt { adopted: KeyEntry, drop: u64 },
     /// Ask Redis, with the key's current entry.
-    Ask(Option<Entry>),
+    Ask(Option<KeyEntry>),
 }
 
 /// Decides what a due timer `id` (for an expiry at `expire_at_ms`) is,
 /// from the key's entry. Job ids only grow, and a new timer is put before
 /// it is recorded, so an id below the index's is superseded and one above
 /// it was put just before a crash.
-pub fn claim(current: Option<Entry>, id: u64, expire_at_ms: i64) -> Claim {
+pub fn claim(current: Option<KeyEntry>, id: u64, expire_at_ms: i64) -> Claim {
     match current {
         Some(cur) if cur.timer > id => Claim::Superseded,
         Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => Claim::Tombstone,
         Some(cur) if cur.timer < id => Claim::Adopt {
-            adopted: Entry {
+            adopted: KeyEntry {
                 expire_at_ms,
                 timer: id,
             },
@@ -167,7 +167,7 @@ pub enum Fire {
 /// Decides a due timer for an expiry at `expire_at_ms` from `read`, what
 /// Redis says now, and the key's entry after [`claim`]. An expiry within
 /// the reading's error of the timer's is the timer's own.
-pub fn fire(current: Option<Entry>, read: Reading, expire_at_ms: i64, now_ms: i64) -> Fire {
+pub fn fire(current: Option<KeyEntry>, read: Reading, expire_at_ms: i64, now_ms: i64) -> Fire {
     let Reading { expiry, err_ms } = read;
     let drop = Fire::Drop {
         unindex: current.is_some(),
@@ -198,7 +198,7 @@ pub fn timer_due(at: i64, now_ms: i64, precheck_ms: i64) -> i64 {
 }
 
 /// Is `timer` the timer `cur` names for `key` on `node`?
-pub fn is_timer_of(timer: &Timer, node: u16, key: &[u8], cur: Entry) -> bool {
+pub fn is_timer_of(timer: &Timer, node: u16, key: &[u8], cur: KeyEntry) -> bool {
     timer.node == node && timer.key == key && timer.expire_at_ms == cur.expire_at_ms
 }
 

@@ -39,7 +39,7 @@
 //! was cancelled while a firing worker held it reserved (the server lets
 //! only that worker delete it); the worker drops the timer when it sees it.
 //!
-//! A *delivered mark* ([`Entry::delivered`]) remembers for a while that a
+//! A *delivered mark* ([`KeyEntry::delivered`]) remembers for a while that a
 //! key's expiry was delivered, so Redis's `expired` event for it (which
 //! often follows the delivery: the bridge's own check makes Redis delete
 //! the key) is not taken for an expiry the bridge never saw. Marks older
@@ -83,16 +83,16 @@ const SHARDS: usize = 16;
 
 /// Where a key's pending expiry lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct KeyEntry {
     pub expire_at_ms: i64,
     pub timer: u64,
 }
 
-impl Entry {
+impl KeyEntry {
     /// The mark of an expiry delivered at `at_ms`: no timer (job ids start
     /// at 1) and the delivery time, negated, as the expiry.
-    pub fn delivered(at_ms: i64) -> Entry {
-        Entry {
+    pub fn delivered(at_ms: i64) -> KeyEntry {
+        KeyEntry {
             expire_at_ms: -at_ms.max(2),
             timer: 0,
         }
@@ -107,7 +107,7 @@ impl Entry {
 /// [`key`]).
 struct Slot {
     key: Key,
-    entry: Entry,
+    entry: KeyEntry,
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 40);
@@ -124,7 +124,7 @@ struct Shard {
 }
 
 impl Shard {
-    fn get(&self, hash: u64, node: u16, key: &[u8]) -> Option<Entry> {
+    fn get(&self, hash: u64, node: u16, key: &[u8]) -> Option<KeyEntry> {
         self.table
             .find(hash, |s| s.key.is(node, key))
             .map(|s| s.entry)
@@ -138,7 +138,7 @@ impl Shard {
         (hash, hasher): (u64, &RandomState),
         node: u16,
         key: &[u8],
-        entry: Option<Entry>,
+        entry: Option<KeyEntry>,
         live: &AtomicU64,
     ) -> bool {
         let size = set_len(key.len());
@@ -174,7 +174,7 @@ impl Shard {
     }
 
     /// Every `(node, key, entry)` in the shard.
-    fn entries(&self) -> impl Iterator<Item = (u16, &[u8], Entry)> {
+    fn entries(&self) -> impl Iterator<Item = (u16, &[u8], KeyEntry)> {
         self.table
             .iter()
             .map(|s| (s.key.node(), s.key.bytes(), s.entry))
@@ -218,7 +218,7 @@ impl Shared {
 
     /// Applies a change to the map and, with `log` and if it changed
     /// anything, queues its record for the writer (a replay does not).
-    fn apply(&self, node: u16, key: &[u8], entry: Option<Entry>, log: bool) {
+    fn apply(&self, node: u16, key: &[u8], entry: Option<KeyEntry>, log: bool) {
         let (hash, mut shard) = self.shard(node, key);
         let place = (hash, &self.hasher);
         if shard.apply(place, node, key, entry, &self.live_bytes) && log {
@@ -293,12 +293,12 @@ impl Index {
         })
     }
 
-    pub fn get(&self, node: u16, key: &[u8]) -> Option<Entry> {
+    pub fn get(&self, node: u16, key: &[u8]) -> Option<KeyEntry> {
         let (hash, shard) = self.shared.shard(node, key);
         shard.get(hash, node, key)
     }
 
-    pub fn set(&self, node: u16, key: &[u8], entry: Entry) {
+    pub fn set(&self, node: u16, key: &[u8], entry: KeyEntry) {
         self.change(node, key, Some(entry));
     }
 
@@ -306,7 +306,7 @@ impl Index {
         self.change(node, key, None);
     }
 
-    fn change(&self, node: u16, key: &[u8], entry: Option<Entry>) {
+    fn change(&self, node: u16, key: &[u8], entry: Option<KeyEntry>) {
         self.shared.apply(node, key, entry, true);
     }
 
@@ -314,7 +314,7 @@ impl Index {
     /// many. A mark is only ever replaced by a newer entry, so removing a
     /// stale one without the key's lock is safe.
     pub fn sweep_delivered(&self, before_ms: i64) -> usize {
-        let stale = |e: &Entry| e.is_delivered() && -e.expire_at_ms < before_ms;
+        let stale = |e: &KeyEntry| e.is_delivered() && -e.expire_at_ms < before_ms;
         let mut swept = 0;
         for shard in self.shared.shards.iter() {
             let mut guard = lock(shard);
@@ -339,8 +339,8 @@ impl Index {
     pub fn select(
         &self,
         node: u16,
-        mut keep: impl FnMut(&[u8], Entry) -> bool,
-    ) -> Vec<(Vec<u8>, Entry)> {
+        mut keep: impl FnMut(&[u8], KeyEntry) -> bool,
+    ) -> Vec<(Vec<u8>, KeyEntry)> {
         let mut out = Vec::new();
         for shard in self.shared.shards.iter() {
             let shard = lock(shard);

@@ -209,13 +209,13 @@ pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Resu
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let mut newest: std::collections::HashMap<(u16, Vec<u8>), index::Entry> =
+    let mut newest: std::collections::HashMap<(u16, Vec<u8>), index::KeyEntry> =
         std::collections::HashMap::new();
     for (id, body) in timers {
         let Some(timer) = body::Timer::decode(body) else {
             continue;
         };
-        let entry = index::Entry {
+        let entry = index::KeyEntry {
             expire_at_ms: timer.expire_at_ms,
             timer: *id,
         };

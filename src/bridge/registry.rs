@@ -45,7 +45,7 @@ use super::cluster::Target;
 use super::config::{Config, Node};
 use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
-use super::index::{Entry, Index, CANCELLED};
+use super::index::{Index, KeyEntry, CANCELLED};
 use super::keys::key_hash;
 use super::redis_side::{Expiry, Reading};
 use super::server_side::{Flavour, Session};
@@ -63,7 +63,7 @@ const TIMER_PRI: u32 = 0;
 const LOCK_STRIPES: usize = 1024;
 
 /// A timer to put: node, key, expiry, and the entry it replaces.
-type Arm<'a> = (u16, &'a [u8], i64, Option<Entry>);
+type Arm<'a> = (u16, &'a [u8], i64, Option<KeyEntry>);
 
 /// A delivery to make: the timer's id, the delivery's body, the key.
 type Delivery<'k> = (JobId, Vec<u8>, (u16, &'k [u8]));
@@ -225,7 +225,7 @@ impl Registry {
         let mut unindex: Vec<(u16, &[u8])> = Vec::new();
         // Each timer to ask Redis about, with its key's entry and whether
         // the index named this very timer (not one adopted after a crash).
-        let mut ask: Vec<(&Due, Option<Entry>, bool)> = Vec::new();
+        let mut ask: Vec<(&Due, Option<KeyEntry>, bool)> = Vec::new();
         for (due, &(node, key)) in dues.iter().zip(&keys) {
             let (id, at) = (due.id, due.timer.expire_at_ms);
             match decide::claim(self.index.get(node, key), id, at) {
@@ -313,7 +313,7 @@ impl Registry {
         };
         // Step 4: the index, once the server answered.
         for (node, key) in delivered {
-            self.index.set(node, key, Entry::delivered(now));
+            self.index.set(node, key, KeyEntry::delivered(now));
         }
         if let Some(failure) = failure {
             return Err(failure);
@@ -475,7 +475,7 @@ impl Registry {
         for (&(node, key, at, old), reply) in arms.iter().zip(replies) {
             match reply {
                 Response::Inserted(id) => {
-                    let entry = Entry {
+                    let entry = KeyEntry {
                         expire_at_ms: at,
                         timer: id,
                     };
@@ -509,7 +509,11 @@ impl Registry {
     /// only that worker delete it: NOT_FOUND, but a `peek` finds it). A
     /// timer that is gone altogether (deleted before a crash the index's
     /// last write did not survive) leaves nothing behind.
-    async fn cancel(&self, session: &mut Session, cancels: &[(u16, &[u8], Entry)]) -> Result<()> {
+    async fn cancel(
+        &self,
+        session: &mut Session,
+        cancels: &[(u16, &[u8], KeyEntry)],
+    ) -> Result<()> {
         let deletes: Vec<Command> = cancels.iter().map(|c| Command::Delete(c.2.timer)).collect();
         let mut held = Vec::new();
         for (&cancel, reply) in cancels.iter().zip(pipeline(session, &deletes).await?) {
@@ -523,7 +527,7 @@ impl Registry {
         for (&(node, key, cur), reply) in held.iter().zip(pipeline(session, &peeks).await?) {
             match reply {
                 Response::Found { .. } => {
-                    let tombstone = Entry {
+                    let tombstone = KeyEntry {
                         expire_at_ms: CANCELLED,
                         timer: cur.timer,
                     };
@@ -541,7 +545,7 @@ impl Registry {
     async fn lost_timers<'a>(
         &self,
         session: &mut Session,
-        verifies: &[(u16, &'a [u8], i64, Entry)],
+        verifies: &[(u16, &'a [u8], i64, KeyEntry)],
     ) -> Result<Vec<Arm<'a>>> {
         let peeks: Vec<Command> = verifies.iter().map(|v| Command::Peek(v.3.timer)).collect();
         let mut lost = Vec::new();

@@ -84,7 +84,7 @@ const LOW_DISK_RETRY: Duration = Duration::from_millis(100);
 const LOW_DISK_MARGIN: u64 = 2 << 20;
 
 /// What sled holds, as the absorber starts.
-pub struct State {
+pub struct SledState {
     pub log: Log,
     /// The last journal frame sled holds.
     pub commit: u64,
@@ -102,7 +102,7 @@ pub struct Absorber {
     pub store_dir: PathBuf,
     pub stats: Arc<BinlogStats>,
     pub progress: Arc<watch::Sender<Progress>>,
-    pub state: State,
+    pub state: SledState,
     /// Set by the first failed sled write (see the module docs).
     pub broken: Option<String>,
     /// The last frame sled holds durably.

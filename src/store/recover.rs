@@ -93,7 +93,7 @@ pub struct Recovered {
 /// Everything the store's threads start from.
 pub struct Opened {
     pub recovered: Recovered,
-    pub absorb: absorb::State,
+    pub absorb: absorb::SledState,
     /// The journal's tail, for sled to take in first: each touched job's
     /// final image or delete, as of frame `.0`.
     pub tail: Option<(u64, Vec<Record>)>,
@@ -512,7 +512,7 @@ pub fn recover(
             live_bytes,
             replayed: frames_replayed,
         },
-        absorb: absorb::State {
+        absorb: absorb::SledState {
             log,
             commit: sled_commit,
             ids_below: sled_ceiling,

@@ -7,8 +7,8 @@ use super::*;
 /// The time of every row: a key's deadline is given relative to it.
 const NOW: i64 = 1_700_000_000_000;
 
-fn entry(expire_at_ms: i64, timer: u64) -> Entry {
-    Entry {
+fn entry(expire_at_ms: i64, timer: u64) -> KeyEntry {
+    KeyEntry {
         expire_at_ms,
         timer,
     }
@@ -32,14 +32,14 @@ const VERIFY: Hint = Hint {
 
 #[test]
 fn sync_has_one_plan_per_case() {
-    let mark = Entry::delivered(NOW - 1_000);
+    let mark = KeyEntry::delivered(NOW - 1_000);
     let pending = entry(NOW + 5_000, 7);
     let tomb = entry(CANCELLED, 7);
     let due_soon = entry(NOW + EXPIRY_SLACK_MS, 7);
     let past_slack = entry(NOW + EXPIRY_SLACK_MS + 1, 7);
     use Expiry::{At, Gone, Persistent};
     /// (case, why, the key's entry, Redis's answer, plan)
-    type Row = (&'static str, Hint, Option<Entry>, Expiry, Sync);
+    type Row = (&'static str, Hint, Option<KeyEntry>, Expiry, Sync);
     #[rustfmt::skip]
     let rows: &[Row] = &[
         ("delivered, gone: the echo of the delivery", EVENT, Some(mark), Gone, Sync::Keep),
@@ -70,11 +70,11 @@ fn sync_has_one_plan_per_case() {
 
 #[test]
 fn only_a_bare_expired_event_of_a_known_key_is_an_echo() {
-    let mark = Some(Entry::delivered(NOW));
+    let mark = Some(KeyEntry::delivered(NOW));
     let pending = Some(entry(NOW + 5, 7));
     let merged = EXPIRED.merge(EVENT);
     #[rustfmt::skip]
-    let rows: &[(&str, Hint, Option<Entry>, bool)] = &[
+    let rows: &[(&str, Hint, Option<KeyEntry>, bool)] = &[
         ("expired, delivered", EXPIRED, mark, true),
         ("expired, its timer firing", EXPIRED, Some(entry(NOW - 1, 7)), true),
         ("expired, pending (Redis ahead of the index)", EXPIRED, pending, true),
@@ -95,12 +95,12 @@ fn only_a_bare_expired_event_of_a_known_key_is_an_echo() {
 fn claim_tells_current_timers_from_superseded_and_lost_writes() {
     let at = NOW + 100;
     #[rustfmt::skip]
-    let rows: &[(&str, Option<Entry>, u64, Claim)] = &[
+    let rows: &[(&str, Option<KeyEntry>, u64, Claim)] = &[
         ("a newer timer replaced it", Some(entry(at, 9)), 8, Claim::Superseded),
         ("cancelled while reserved", Some(entry(CANCELLED, 8)), 8, Claim::Tombstone),
         ("a tombstone of a newer timer", Some(entry(CANCELLED, 9)), 8, Claim::Superseded),
         ("newer than the index", Some(entry(at - 50, 7)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 7 }),
-        ("newer than a delivered mark", Some(Entry::delivered(NOW)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 0 }),
+        ("newer than a delivered mark", Some(KeyEntry::delivered(NOW)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 0 }),
         ("the key's timer", Some(entry(at, 8)), 8, Claim::Ask(Some(entry(at, 8)))),
         ("not indexed at all", None, 8, Claim::Ask(None)),
     ];
@@ -115,7 +115,7 @@ fn fire_delivers_only_what_redis_no_longer_has() {
     let cur = Some(entry(at, 8));
     use Expiry::{At, Gone, Persistent};
     /// (case, the key's entry, Redis's answer, the timer's expiry, now, plan)
-    type Row = (&'static str, Option<Entry>, Expiry, i64, i64, Fire);
+    type Row = (&'static str, Option<KeyEntry>, Expiry, i64, i64, Fire);
     #[rustfmt::skip]
     let rows: &[Row] = &[
         ("gone", cur, Gone, at, NOW, Fire::Deliver),

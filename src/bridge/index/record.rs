@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::{Entry, Shared};
+use super::{KeyEntry, Shared};
 
 /// The first bytes of the log (the format's version is its last digit).
 pub(super) const MAGIC: &[u8; 8] = b"SPRIDX1\n";
@@ -21,7 +21,7 @@ pub(super) const OP_REMOVE: u8 = 2;
 pub(super) const HEADER: usize = 8;
 /// Payload without the key: op and node.
 pub(super) const PAYLOAD_MIN: usize = 3;
-/// An encoded [`Entry`].
+/// An encoded [`KeyEntry`].
 pub(super) const ENTRY: usize = 16;
 
 /// The size of a set record for a key of `key_len` bytes.
@@ -30,7 +30,7 @@ pub(super) fn set_len(key_len: usize) -> u64 {
 }
 
 /// Appends a record to `out`: a set with `Some(entry)`, else a remove.
-pub(super) fn encode(out: &mut Vec<u8>, node: u16, key: &[u8], entry: Option<Entry>) {
+pub(super) fn encode(out: &mut Vec<u8>, node: u16, key: &[u8], entry: Option<KeyEntry>) {
     let start = out.len();
     let len = PAYLOAD_MIN + entry.map_or(0, |_| ENTRY) + key.len();
     out.extend_from_slice(&(len as u32).to_le_bytes());
@@ -60,7 +60,7 @@ pub(super) fn checksum(len: &[u8], payload: &[u8]) -> u32 {
 }
 
 /// Decodes a payload whose checksum matched.
-pub(super) fn decode(payload: &[u8]) -> Option<(u16, &[u8], Option<Entry>)> {
+pub(super) fn decode(payload: &[u8]) -> Option<(u16, &[u8], Option<KeyEntry>)> {
     let (&op, rest) = payload.split_first()?;
     let (node, rest) = rest.split_at_checked(2)?;
     let node = u16::from_le_bytes(node.try_into().ok()?);
@@ -68,7 +68,7 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u16, &[u8], Option<Entry>)> {
         OP_SET => {
             let (entry, key) = rest.split_at_checked(ENTRY)?;
             let (exp, timer) = entry.split_at(8);
-            let entry = Entry {
+            let entry = KeyEntry {
                 expire_at_ms: i64::from_le_bytes(exp.try_into().ok()?),
                 timer: u64::from_le_bytes(timer.try_into().ok()?),
             };

@@ -748,9 +748,22 @@ pub fn assert_each_once(
             "{off} ms off the deadline: {d:?}"
         );
         assert!(d.received_ms >= want[&d.key], "early: {d:?}");
-        assert_on_time(d, max_late_ms);
+        // The bridge must fire within `max_late_ms`; what the one test
+        // worker receives may lag further behind when a burst of deliveries
+        // meets a loaded CI machine (seen: fired 20 ms late, received 511 ms
+        // late, with 25 tests in parallel on 2 cores): that lag is the
+        // worker's backlog, so it gets a bound of its own.
+        assert!(
+            d.fired_at_ms >= d.expire_at_ms && d.fired_at_ms - d.expire_at_ms <= max_late_ms,
+            "fired {} ms off its expiry: {d:?}",
+            d.fired_at_ms - d.expire_at_ms
+        );
+        assert_on_time(d, max_late_ms + WORKER_BACKLOG_MS);
     }
 }
+
+/// How far behind its firing the one test worker may receive a delivery.
+const WORKER_BACKLOG_MS: i64 = 2_000;
 
 /// A Redis Sentinel deployment on loopback: a master, a replica of it, and
 /// one sentinel (Debian's `redis-sentinel`, quorum 1) watching them as

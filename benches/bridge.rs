@@ -161,7 +161,13 @@ struct Arrivals {
     at: Mutex<Vec<i64>>,
     count: AtomicU64,
     duplicates: AtomicU64,
+    /// What the first few duplicates carried (a delivery's body), to tell
+    /// which path delivered a key twice.
+    shown: Mutex<Vec<String>>,
 }
+
+/// Duplicates whose bodies are kept for the report.
+const SHOWN_DUPLICATES: usize = 5;
 
 impl Arrivals {
     fn new(n: usize) -> Arc<Arrivals> {
@@ -169,10 +175,13 @@ impl Arrivals {
             at: Mutex::new(vec![-1; n]),
             count: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
+            shown: Mutex::new(Vec::new()),
         })
     }
 
-    fn record(&self, key: &[u8], at: i64) {
+    /// Records `key`'s arrival at `at`; `what` (the delivery) is kept if
+    /// it is one of the first duplicates.
+    fn record(&self, key: &[u8], at: i64, what: &[u8]) {
         let Some(i) = key
             .strip_prefix(b"bench:")
             .and_then(|i| std::str::from_utf8(i).ok())
@@ -186,8 +195,13 @@ impl Arrivals {
                 *slot = at;
                 self.count.fetch_add(1, Ordering::Relaxed);
             }
-            Some(_) => {
+            Some(first) => {
                 self.duplicates.fetch_add(1, Ordering::Relaxed);
+                let mut shown = self.shown.lock().unwrap();
+                if shown.len() < SHOWN_DUPLICATES {
+                    let what = String::from_utf8_lossy(what);
+                    shown.push(format!("first at {first}, again at {at}: {what}"));
+                }
             }
             None => {}
         }
@@ -246,9 +260,9 @@ struct Delivery<'a> {
 fn arrived(body: &[u8], arrivals: &Arrivals, fired: &Arrivals) {
     let at = now_ms();
     let d: Delivery = serde_json::from_slice(body).expect("a JSON delivery");
-    arrivals.record(d.key.as_bytes(), at);
+    arrivals.record(d.key.as_bytes(), at, body);
     if let Some(f) = d.fired_at_ms {
-        fired.record(d.key.as_bytes(), f);
+        fired.record(d.key.as_bytes(), f, body);
     }
 }
 
@@ -348,7 +362,7 @@ async fn subscriber(url: String, arrivals: Arc<Arrivals>, ready: tokio::sync::on
     while let Some(msg) = messages.next().await {
         let at = now_ms();
         let key: Vec<u8> = msg.get_payload().unwrap_or_default();
-        arrivals.record(&key, at);
+        arrivals.record(&key, at, &key);
     }
 }
 
@@ -685,6 +699,18 @@ fn run(a: &Args, dir: &Path) {
                 r.early,
                 arr.duplicates.load(Ordering::Relaxed)
             );
+        }
+        let shown = bridge_arr.shown.lock().unwrap();
+        for dup in shown.iter() {
+            println!("  duplicate: {dup}");
+        }
+        if !shown.is_empty() {
+            // What the bridge said that was not routine.
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let odd = said.lines().filter(|l| !l.contains(" INFO ")).take(20);
+            for line in odd {
+                println!("  bridge log: {line}");
+            }
         }
     });
     drop(bridge);

@@ -25,6 +25,7 @@ on_every_redis!(
     a_server_killed_with_9_and_restarted_with_b_loses_no_expiry,
     a_refresh_just_before_a_bridge_crash_is_not_lost,
     timers_lost_by_a_server_without_b_are_armed_again,
+    a_leftover_older_timer_of_a_delivered_key_is_dropped,
 );
 
 fn a_bridge_killed_with_9_loses_no_expiry(v: Version) {
@@ -190,4 +191,34 @@ fn timers_lost_by_a_server_without_b_are_armed_again(v: Version) {
     s.redis
         .assert_keys(&got, &BTreeSet::from([("dev:1".to_string(), at)]));
     assert_on_time(&got[0], MAX_LATE_MS_RESTART);
+}
+
+/// A timer the index does not name, older than the one that delivered its
+/// key (what a connection lost mid-pipeline, or a crash, leaves behind: put
+/// on the server, its answer never read), is a duplicate when it comes due
+/// after the delivery: dropped, not delivered a second time.
+fn a_leftover_older_timer_of_a_delivered_key_is_dropped(v: Version) {
+    if !can_run_on(v, "a_leftover_older_timer_of_a_delivered_key_is_dropped") {
+        return;
+    }
+    let mut s = Setup::start_on(v, &["dev:*"], &[]);
+    let mut timers = s.server.connect();
+    assert_eq!(
+        timers.line(&format!("use {TIMERS}")),
+        format!("USING {TIMERS}")
+    );
+    // The leftover: due a second after the key's own timer fired.
+    let key = "dev:left";
+    let leftover = format!("T1 0 0 {} {} N\n{key}", now_ms() + 500, key.len());
+    let left_id = timers.put_with(0, 2, 300, leftover.as_bytes());
+    let deadline = s.redis.set_px(key, "x", 800);
+    let got = s.worker.drain(Duration::from_millis(2_500));
+    let want = BTreeSet::from([(key.to_string(), deadline)]);
+    s.redis.assert_keys(&got, &want);
+    assert!(!got[0].uncertain, "{got:?}");
+    assert!(
+        timers.peek(left_id).is_none(),
+        "the leftover timer is still there"
+    );
+    assert_eq!(s.worker.tube_stat(TIMERS, "current-jobs-ready"), "0");
 }

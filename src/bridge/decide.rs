@@ -113,6 +113,9 @@ pub fn echo(hint: Hint, current: impl FnOnce() -> Option<KeyEntry>) -> bool {
 /// What the index says about a due timer, before Redis is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
+    /// The key's expiry was delivered, by this timer (its delete was lost)
+    /// or a newer one: delete it, unfired.
+    Delivered,
     /// A newer timer replaced it: delete it, unfired.
     Superseded,
     /// Its key was cancelled while a firing worker held it: delete it and
@@ -128,9 +131,11 @@ pub enum Claim {
 /// Decides what a due timer `id` (for an expiry at `expire_at_ms`) is,
 /// from the key's entry. Job ids only grow, and a new timer is put before
 /// it is recorded, so an id below the index's is superseded and one above
-/// it was put just before a crash.
+/// it was put just before a crash. A delivered mark names the timer that
+/// delivered: that one and older ones are duplicates.
 pub fn claim(current: Option<KeyEntry>, id: u64, expire_at_ms: i64) -> Claim {
     match current {
+        Some(cur) if cur.is_delivered() && cur.timer >= id => Claim::Delivered,
         Some(cur) if cur.timer > id => Claim::Superseded,
         Some(cur) if cur.timer == id && cur.expire_at_ms == CANCELLED => Claim::Tombstone,
         Some(cur) if cur.timer < id => Claim::Adopt {

@@ -89,17 +89,20 @@ pub struct KeyEntry {
 }
 
 impl KeyEntry {
-    /// The mark of an expiry delivered at `at_ms`: no timer (job ids start
-    /// at 1) and the delivery time, negated, as the expiry.
-    pub fn delivered(at_ms: i64) -> KeyEntry {
+    /// The mark of an expiry delivered at `at_ms` by `timer`: the delivery
+    /// time, negated, as the expiry, and the timer that delivered it, so a
+    /// timer of the key no newer than that one (the same timer back after
+    /// a lost delete, or an older one a lost delete left behind) is known
+    /// for a duplicate. Marks of earlier versions name no timer (0).
+    pub fn delivered(at_ms: i64, timer: u64) -> KeyEntry {
         KeyEntry {
             expire_at_ms: -at_ms.max(2),
-            timer: 0,
+            timer,
         }
     }
 
     pub fn is_delivered(self) -> bool {
-        self.timer == 0 && self.expire_at_ms < CANCELLED
+        self.expire_at_ms < CANCELLED
     }
 }
 

@@ -44,8 +44,11 @@
 //! before the timer is deleted), one pending timer per key (after a crash
 //! briefly two: the superseded one is dropped when due, see `registry`).
 //! Duplicates only across a crash of the bridge (or, on a classic
-//! beanstalkd, of the server, or a connection lost between delivering and
-//! deleting a timer), and then with the same key and `expire_at_ms`.
+//! beanstalkd, of the server, or a connection lost before the answers to
+//! the deliveries' puts were read), and then with the same key and
+//! `expire_at_ms`: a key's delivered mark names the timer that delivered
+//! it, so that timer coming back, or an older one a lost answer left on
+//! the server, is dropped (`decide::claim`).
 //!
 //! Decisions that differ from a plain reading of the design:
 //! * Work is batched, decisions are not: a sync worker takes up to

@@ -30,7 +30,9 @@
 //! id *below* the index's is superseded (dropped without firing), and one
 //! with an id *above* it, or with no entry at all, was put just before a
 //! crash lost the index's last write: it is adopted and Redis decides.
-//! (Dropping every timer the index does not name would lose the expiry of
+//! A delivered mark keeps the id of the timer that delivered, so that
+//! timer coming back (its delete lost with a connection) or an older one
+//! of the same key is dropped, not delivered a second time. (Dropping every timer the index does not name would lose the expiry of
 //! a key refreshed just before a bridge crash that expired while the
 //! bridge was down: SCAN cannot list it any more.)
 
@@ -67,8 +69,10 @@ type Arm<'a> = (u16, &'a [u8], i64, Option<KeyEntry>);
 
 /// A delivery to make: the timer's id, the delivery's body, the key.
 type Delivery<'k> = (JobId, Vec<u8>, (u16, &'k [u8]));
+/// A key delivered, and the timer that delivered it.
+type Delivered<'k> = ((u16, &'k [u8]), JobId);
 /// What step 3 of a fire delivered, and (if it failed) why.
-type Step3<'k> = std::result::Result<Vec<(u16, &'k [u8])>, (Vec<(u16, &'k [u8])>, Failure)>;
+type Step3<'k> = std::result::Result<Vec<Delivered<'k>>, (Vec<Delivered<'k>>, Failure)>;
 
 /// A reserved timer job.
 pub struct Due {
@@ -229,7 +233,7 @@ impl Registry {
         for (due, &(node, key)) in dues.iter().zip(&keys) {
             let (id, at) = (due.id, due.timer.expire_at_ms);
             match decide::claim(self.index.get(node, key), id, at) {
-                Claim::Superseded => deletes.push(id),
+                Claim::Delivered | Claim::Superseded => deletes.push(id),
                 Claim::Tombstone => {
                     deletes.push(id);
                     unindex.push((node, key));
@@ -312,8 +316,8 @@ impl Registry {
             Err((delivered, failure)) => (delivered, Some(failure)),
         };
         // Step 4: the index, once the server answered.
-        for (node, key) in delivered {
-            self.index.set(node, key, KeyEntry::delivered(now));
+        for ((node, key), timer) in delivered {
+            self.index.set(node, key, KeyEntry::delivered(now, timer));
         }
         if let Some(failure) = failure {
             return Err(failure);
@@ -352,7 +356,7 @@ impl Registry {
                 ttr: self.ttr,
                 body: body.into(),
             });
-            keys.push(key);
+            keys.push((key, id));
         }
         commands.extend(deletes.into_iter().map(Command::Delete));
         commands.extend(releases);
@@ -409,7 +413,7 @@ impl Registry {
                 tags: None,
             });
             deletes.push(id);
-            delivered.push(key);
+            delivered.push((key, id));
         }
         let put = pipeline(timers, &puts).await.and_then(|replies| {
             check(replies, |r| {

@@ -32,7 +32,7 @@ const VERIFY: Hint = Hint {
 
 #[test]
 fn sync_has_one_plan_per_case() {
-    let mark = KeyEntry::delivered(NOW - 1_000);
+    let mark = KeyEntry::delivered(NOW - 1_000, 6);
     let pending = entry(NOW + 5_000, 7);
     let tomb = entry(CANCELLED, 7);
     let due_soon = entry(NOW + EXPIRY_SLACK_MS, 7);
@@ -70,7 +70,7 @@ fn sync_has_one_plan_per_case() {
 
 #[test]
 fn only_a_bare_expired_event_of_a_known_key_is_an_echo() {
-    let mark = Some(KeyEntry::delivered(NOW));
+    let mark = Some(KeyEntry::delivered(NOW, 6));
     let pending = Some(entry(NOW + 5, 7));
     let merged = EXPIRED.merge(EVENT);
     #[rustfmt::skip]
@@ -100,7 +100,10 @@ fn claim_tells_current_timers_from_superseded_and_lost_writes() {
         ("cancelled while reserved", Some(entry(CANCELLED, 8)), 8, Claim::Tombstone),
         ("a tombstone of a newer timer", Some(entry(CANCELLED, 9)), 8, Claim::Superseded),
         ("newer than the index", Some(entry(at - 50, 7)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 7 }),
-        ("newer than a delivered mark", Some(KeyEntry::delivered(NOW)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 0 }),
+        ("delivered by this very timer (its delete was lost)", Some(KeyEntry::delivered(NOW, 8)), 8, Claim::Delivered),
+        ("older than the timer that delivered", Some(KeyEntry::delivered(NOW, 9)), 8, Claim::Delivered),
+        ("newer than a delivered mark", Some(KeyEntry::delivered(NOW, 7)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 7 }),
+        ("newer than a mark of an earlier version", Some(KeyEntry::delivered(NOW, 0)), 8, Claim::Adopt { adopted: entry(at, 8), drop: 0 }),
         ("the key's timer", Some(entry(at, 8)), 8, Claim::Ask(Some(entry(at, 8)))),
         ("not indexed at all", None, 8, Claim::Ask(None)),
     ];

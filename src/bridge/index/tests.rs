@@ -51,7 +51,7 @@ fn select_copies_out_one_nodes_chosen_entries() {
             entry(i as i64, i + 1),
         );
     }
-    index.set(0, b"mark", KeyEntry::delivered(7));
+    index.set(0, b"mark", KeyEntry::delivered(7, 3));
     let mut got = index.select(0, |key, e| key != b"k90" && e.expire_at_ms >= 90);
     got.sort_by_key(|(_, e)| e.expire_at_ms);
     let want: Vec<(Vec<u8>, KeyEntry)> = [92, 94, 96, 98]
@@ -207,15 +207,15 @@ fn delivered_marks_are_recognised_and_swept_when_old() {
     let index = Index::open(&dir).unwrap();
     let pending = entry(1_000, 7);
     let tombstone = entry(CANCELLED, 8);
-    assert!(KeyEntry::delivered(1_000).is_delivered());
+    assert!(KeyEntry::delivered(1_000, 3).is_delivered());
     assert!(!pending.is_delivered() && !tombstone.is_delivered());
-    index.set(0, b"old", KeyEntry::delivered(1_000));
-    index.set(0, b"new", KeyEntry::delivered(5_000));
+    index.set(0, b"old", KeyEntry::delivered(1_000, 3));
+    index.set(0, b"new", KeyEntry::delivered(5_000, 4));
     index.set(0, b"pending", pending);
     index.set(0, b"tomb", tombstone);
     assert_eq!(index.sweep_delivered(2_000), 1);
     assert_eq!(index.get(0, b"old"), None);
-    assert_eq!(index.get(0, b"new"), Some(KeyEntry::delivered(5_000)));
+    assert_eq!(index.get(0, b"new"), Some(KeyEntry::delivered(5_000, 4)));
     assert_eq!(index.get(0, b"pending"), Some(pending));
     assert_eq!(index.get(0, b"tomb"), Some(tombstone));
     index.flush().unwrap();

@@ -446,6 +446,10 @@ impl Registry {
         if arms.is_empty() {
             return Ok(());
         }
+        // Connected before the clock is read: a delay counted from before
+        // a reconnect (its backoff reaches seconds while the server is
+        // down) would make every timer armed meanwhile fire that much late.
+        session.conn().await;
         let mut puts = Vec::with_capacity(arms.len());
         let now = now_ms();
         for &(node, key, at, _) in arms {

@@ -26,7 +26,7 @@ const TICK: Duration = Duration::from_secs(1);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the keeper does next.
-enum Job {
+enum Chore {
     Sync,
     Tick,
     Close(mpsc::SyncSender<()>),
@@ -51,10 +51,10 @@ impl Keeper {
 
     pub fn run(mut self) {
         loop {
-            match self.next_job() {
-                Job::Sync => self.sync(),
-                Job::Tick => self.tick(),
-                Job::Close(done) => {
+            match self.next_chore() {
+                Chore::Sync => self.sync(),
+                Chore::Tick => self.tick(),
+                Chore::Close(done) => {
                     self.close();
                     let _ = done.send(());
                     return;
@@ -63,12 +63,12 @@ impl Keeper {
         }
     }
 
-    fn next_job(&mut self) -> Job {
+    fn next_chore(&mut self) -> Chore {
         let bell = &self.journal.bell;
         let mut wants = bell.lock();
         loop {
             if let Some(done) = wants.close.take() {
-                return Job::Close(done);
+                return Chore::Close(done);
             }
             let now = Instant::now();
             let sync_due = match (self.journal.policy, wants.dirty_since) {
@@ -78,11 +78,11 @@ impl Keeper {
             if wants.sync || sync_due.is_some_and(|due| due <= now) {
                 wants.sync = false;
                 wants.dirty_since = None;
-                return Job::Sync;
+                return Chore::Sync;
             }
             if self.next_tick <= now {
                 self.next_tick = now + TICK;
-                return Job::Tick;
+                return Chore::Tick;
             }
             let until = sync_due.map_or(self.next_tick, |due| due.min(self.next_tick));
             wants = bell

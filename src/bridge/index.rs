@@ -106,14 +106,14 @@ impl KeyEntry {
     }
 }
 
-/// One key's place in a shard: 40 bytes, the key inline if short (see
-/// [`key`]).
-struct Slot {
+/// One key in a shard's table, with its entry: 40 bytes, the key inline
+/// if short (see [`key`]).
+struct KeyRow {
     key: Key,
     entry: KeyEntry,
 }
 
-const _: () = assert!(std::mem::size_of::<Slot>() == 40);
+const _: () = assert!(std::mem::size_of::<KeyRow>() == 40);
 
 /// One shard of the map, with the records of its changes not yet taken by
 /// the writer thread (in the order the changes were made). A flat table
@@ -122,7 +122,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 40);
 /// path three SipHash runs per lookup.
 #[derive(Default)]
 struct Shard {
-    table: HashTable<Slot>,
+    table: HashTable<KeyRow>,
     pending: Vec<u8>,
 }
 
@@ -145,18 +145,18 @@ impl Shard {
         live: &AtomicU64,
     ) -> bool {
         let size = set_len(key.len());
-        let same = |s: &Slot| s.key.is(node, key);
+        let same = |s: &KeyRow| s.key.is(node, key);
         match entry {
             Some(entry) => {
-                let rehash = |s: &Slot| hash_of(hasher, s.key.node(), s.key.bytes());
+                let rehash = |s: &KeyRow| hash_of(hasher, s.key.node(), s.key.bytes());
                 match self.table.entry(hash, same, rehash) {
-                    Place::Occupied(mut slot) if slot.get().entry != entry => {
-                        slot.get_mut().entry = entry;
+                    Place::Occupied(mut place) if place.get().entry != entry => {
+                        place.get_mut().entry = entry;
                         true
                     }
                     Place::Occupied(_) => false,
-                    Place::Vacant(slot) => {
-                        slot.insert(Slot {
+                    Place::Vacant(place) => {
+                        place.insert(KeyRow {
                             key: Key::new(node, key),
                             entry,
                         });
@@ -166,8 +166,8 @@ impl Shard {
                 }
             }
             None => match self.table.find_entry(hash, same) {
-                Ok(slot) => {
-                    slot.remove();
+                Ok(place) => {
+                    place.remove();
                     live.fetch_sub(size, Ordering::Relaxed);
                     true
                 }
@@ -322,14 +322,14 @@ impl Index {
         for shard in self.shared.shards.iter() {
             let mut guard = lock(shard);
             let Shard { table, pending } = &mut *guard;
-            table.retain(|slot| {
-                if !stale(&slot.entry) {
+            table.retain(|row| {
+                if !stale(&row.entry) {
                     return true;
                 }
-                encode(pending, slot.key.node(), slot.key.bytes(), None);
+                encode(pending, row.key.node(), row.key.bytes(), None);
                 self.shared
                     .live_bytes
-                    .fetch_sub(set_len(slot.key.bytes().len()), Ordering::Relaxed);
+                    .fetch_sub(set_len(row.key.bytes().len()), Ordering::Relaxed);
                 swept += 1;
                 false
             });

@@ -1,9 +1,9 @@
 //! A key as the index keeps it, with its node: in 24 bytes, the key's
 //! bytes inline when it has at most [`INLINE`] of them (most keys:
-//! `session:1234567890`), else in a heap allocation of its own. A slot is
-//! then 40 bytes with its entry, and a short key costs no allocation: a
-//! boxed key cost a 16-byte pointer plus a 32-byte malloc chunk, and a
-//! cache miss more per lookup.
+//! `session:1234567890`), else in a heap allocation of its own. A row of
+//! the map is then 40 bytes with its entry, and a short key costs no
+//! allocation: a boxed key cost a 16-byte pointer plus a 32-byte malloc
+//! chunk, and a cache miss more per lookup.
 
 /// The longest key kept inline.
 pub const INLINE: usize = 20;

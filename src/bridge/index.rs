@@ -201,7 +201,9 @@ struct Control {
     error: Option<String>,
 }
 
-struct Shared {
+/// The map itself, in shards, with the writer thread's [`Control`]: what
+/// the clones of [`Index`] and the writer share.
+struct KeyMap {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     /// Bytes of the live entries' set records: what a snapshot would take.
@@ -210,7 +212,7 @@ struct Shared {
     wake: Condvar,
 }
 
-impl Shared {
+impl KeyMap {
     /// The key's hash and its shard, locked. The shard comes from bits the
     /// table does not use for small tables (the low ones pick a bucket, the
     /// top seven tag it), so each shard's keys still spread evenly.
@@ -239,7 +241,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The index, shared by every task of the bridge.
 #[derive(Clone)]
 pub struct Index {
-    shared: Arc<Shared>,
+    map: Arc<KeyMap>,
     _writer: Arc<WriterHandle>,
 }
 
@@ -280,24 +282,23 @@ impl Index {
             .write(true)
             .open(&path)
             .map_err(context)?;
-        let shared = Arc::new(Shared {
+        let map = Arc::new(KeyMap {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::new(),
             live_bytes: AtomicU64::new(0),
             control: Mutex::default(),
             wake: Condvar::new(),
         });
-        let log_bytes = replay(&file, &path, &shared).map_err(context)?;
-        let writer =
-            writer::start(shared.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
+        let log_bytes = replay(&file, &path, &map).map_err(context)?;
+        let writer = writer::start(map.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
         Ok(Index {
-            shared,
+            map,
             _writer: Arc::new(writer),
         })
     }
 
     pub fn get(&self, node: u16, key: &[u8]) -> Option<KeyEntry> {
-        let (hash, shard) = self.shared.shard(node, key);
+        let (hash, shard) = self.map.shard(node, key);
         shard.get(hash, node, key)
     }
 
@@ -310,7 +311,7 @@ impl Index {
     }
 
     fn change(&self, node: u16, key: &[u8], entry: Option<KeyEntry>) {
-        self.shared.apply(node, key, entry, true);
+        self.map.apply(node, key, entry, true);
     }
 
     /// Removes the delivered marks made before `before_ms`; returns how
@@ -319,7 +320,7 @@ impl Index {
     pub fn sweep_delivered(&self, before_ms: i64) -> usize {
         let stale = |e: &KeyEntry| e.is_delivered() && -e.expire_at_ms < before_ms;
         let mut swept = 0;
-        for shard in self.shared.shards.iter() {
+        for shard in self.map.shards.iter() {
             let mut guard = lock(shard);
             let Shard { table, pending } = &mut *guard;
             table.retain(|row| {
@@ -327,7 +328,7 @@ impl Index {
                     return true;
                 }
                 encode(pending, row.key.node(), row.key.bytes(), None);
-                self.shared
+                self.map
                     .live_bytes
                     .fetch_sub(set_len(row.key.bytes().len()), Ordering::Relaxed);
                 swept += 1;
@@ -345,7 +346,7 @@ impl Index {
         mut keep: impl FnMut(&[u8], KeyEntry) -> bool,
     ) -> Vec<(Vec<u8>, KeyEntry)> {
         let mut out = Vec::new();
-        for shard in self.shared.shards.iter() {
+        for shard in self.map.shards.iter() {
             let shard = lock(shard);
             for (n, key, entry) in shard.entries() {
                 if n == node && keep(key, entry) {
@@ -358,26 +359,26 @@ impl Index {
 
     /// How many keys have an entry (pending, tombstone or delivered mark).
     pub fn len(&self) -> usize {
-        self.shared.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.map.shards.iter().map(|s| lock(s).table.len()).sum()
     }
 
     /// Compacts the log now and waits until done.
     #[cfg(test)]
     fn compact(&self) -> io::Result<()> {
-        lock(&self.shared.control).compact = true;
+        lock(&self.map.control).compact = true;
         self.flush()
     }
 
     /// Waits until every change made before the call is written and synced
     /// (at shutdown).
     pub fn flush(&self) -> io::Result<()> {
-        let shared = &self.shared;
-        let mut control = lock(&shared.control);
+        let map = &self.map;
+        let mut control = lock(&map.control);
         control.requested += 1;
         let ticket = control.requested;
-        shared.wake.notify_all();
+        map.wake.notify_all();
         while control.done < ticket {
-            control = shared.wake.wait(control).unwrap_or_else(|e| e.into_inner());
+            control = map.wake.wait(control).unwrap_or_else(|e| e.into_inner());
         }
         match &control.error {
             Some(e) => Err(io::Error::other(format!("bridge index: {e}"))),

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::{KeyEntry, Shared};
+use super::{KeyEntry, KeyMap};
 
 /// The first bytes of the log (the format's version is its last digit).
 pub(super) const MAGIC: &[u8; 8] = b"SPRIDX1\n";
@@ -79,9 +79,9 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u16, &[u8], Option<KeyEntry>)> {
     }
 }
 
-/// Replays the log into `shared`; returns its length, after truncating a
+/// Replays the log into `map`; returns its length, after truncating a
 /// torn or corrupt tail.
-pub(super) fn replay(file: &File, path: &Path, shared: &Shared) -> io::Result<u64> {
+pub(super) fn replay(file: &File, path: &Path, map: &KeyMap) -> io::Result<u64> {
     let size = file.metadata()?.len();
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut magic = [0; MAGIC.len()];
@@ -116,7 +116,7 @@ pub(super) fn replay(file: &File, path: &Path, shared: &Shared) -> io::Result<u6
         let Some((node, key, entry)) = decode(&payload) else {
             break Some("a record it cannot decode");
         };
-        shared.apply(node, key, entry, false);
+        map.apply(node, key, entry, false);
         good += HEADER as u64 + n;
         records += 1;
     };

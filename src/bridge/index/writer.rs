@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::record::{encode, MAGIC};
-use super::{lock, Shard, Shared, LOG};
+use super::{lock, KeyMap, Shard, LOG};
 
 /// Where a compaction writes the snapshot before renaming it over [`LOG`].
 pub(super) const TMP: &str = "index.log.tmp";
@@ -33,14 +33,14 @@ pub(super) fn needs_compaction(log_bytes: u64, live_bytes: u64) -> bool {
 /// Stops the writer thread (after a last append and sync) when the last
 /// clone of the index is dropped.
 pub(super) struct WriterHandle {
-    shared: Arc<Shared>,
+    map: Arc<KeyMap>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for WriterHandle {
     fn drop(&mut self) {
-        lock(&self.shared.control).stop = true;
-        self.shared.wake.notify_all();
+        lock(&self.map.control).stop = true;
+        self.map.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -77,14 +77,14 @@ pub(super) fn write_snapshot(
 
 /// Starts the writer thread on the log `file` of `log_bytes` in `dir`.
 pub(super) fn start(
-    shared: Arc<Shared>,
+    map: Arc<KeyMap>,
     dir: &Path,
     dir_file: File,
     file: File,
     log_bytes: u64,
 ) -> io::Result<WriterHandle> {
     let writer = Writer {
-        shared: shared.clone(),
+        map: map.clone(),
         dir: dir.to_path_buf(),
         dir_file,
         file,
@@ -95,14 +95,14 @@ pub(super) fn start(
         .name("bridge-index".into())
         .spawn(move || writer.run())?;
     Ok(WriterHandle {
-        shared,
+        map,
         thread: Some(thread),
     })
 }
 
 /// The writer thread's state.
 struct Writer {
-    shared: Arc<Shared>,
+    map: Arc<KeyMap>,
     dir: PathBuf,
     /// Kept open: synced after renames, and locked against a second bridge.
     dir_file: File,
@@ -117,10 +117,10 @@ impl Writer {
     fn run(mut self) {
         loop {
             let (ticket, stop, force) = {
-                let mut control = lock(&self.shared.control);
+                let mut control = lock(&self.map.control);
                 if !control.stop && control.requested == control.done {
                     control = self
-                        .shared
+                        .map
                         .wake
                         .wait_timeout(control, SYNC_EVERY)
                         .unwrap_or_else(|e| e.into_inner())
@@ -135,10 +135,10 @@ impl Writer {
             if let Err(e) = &result {
                 tracing::warn!(error = %e, "cannot write the bridge index (retrying)");
             }
-            let mut control = lock(&self.shared.control);
+            let mut control = lock(&self.map.control);
             control.done = ticket;
             control.error = result.err().map(|e| e.to_string());
-            self.shared.wake.notify_all();
+            self.map.wake.notify_all();
             if stop {
                 return;
             }
@@ -147,7 +147,7 @@ impl Writer {
 
     /// Appends the shards' pending records and syncs them.
     fn write_pending(&mut self) -> io::Result<()> {
-        for shard in self.shared.shards.iter() {
+        for shard in self.map.shards.iter() {
             self.unwritten.append(&mut lock(shard).pending);
         }
         if self.unwritten.is_empty() {
@@ -182,12 +182,12 @@ impl Writer {
     }
 
     fn maybe_compact(&mut self, force: bool) -> io::Result<()> {
-        let live = self.shared.live_bytes.load(Ordering::Relaxed) + MAGIC.len() as u64;
+        let live = self.map.live_bytes.load(Ordering::Relaxed) + MAGIC.len() as u64;
         if !force && !needs_compaction(self.log_bytes, live) {
             return Ok(());
         }
         let before = self.log_bytes;
-        let (file, len) = write_snapshot(&self.dir, &self.dir_file, &self.shared.shards)?;
+        let (file, len) = write_snapshot(&self.dir, &self.dir_file, &self.map.shards)?;
         self.file = file;
         self.log_bytes = len;
         tracing::debug!(before, after = len, "bridge index compacted");

@@ -257,22 +257,23 @@ return ttl
 pub struct Redis(Arc<Shared>);
 
 struct Shared {
-    current: std::sync::RwLock<Conn>,
+    current: std::sync::RwLock<Link>,
     switches: tokio::sync::watch::Sender<u64>,
     pubsub: bool,
 }
 
-/// The connection to the node's current address.
+/// A connection to one address of the node, with the script and what
+/// the node there can do.
 #[derive(Clone)]
-struct Conn {
+struct Link {
     conn: ConnectionManager,
     delete_if_due: Script,
     caps: Arc<Caps>,
     address: redis::ConnectionInfo,
 }
 
-impl Conn {
-    async fn open(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Conn> {
+impl Link {
+    async fn open(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Link> {
         let client = redis::Client::open(address.clone())?;
         let caps = Caps::probe(&client, pubsub).await?;
         let conn = ConnectionManager::new(client).await?;
@@ -280,7 +281,7 @@ impl Conn {
             Method::ExpireTime => DELETE_IF_DUE,
             _ => DELETE_IF_DUE_TTL,
         };
-        Ok(Conn {
+        Ok(Link {
             conn,
             delete_if_due: Script::new(script),
             caps: Arc::new(caps),
@@ -298,7 +299,7 @@ impl Redis {
 
     /// Connects to the node at `address`.
     pub async fn connect_to(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Redis> {
-        let conn = Conn::open(address, pubsub).await?;
+        let conn = Link::open(address, pubsub).await?;
         Ok(Redis(Arc::new(Shared {
             current: std::sync::RwLock::new(conn),
             switches: tokio::sync::watch::Sender::new(0),
@@ -309,7 +310,7 @@ impl Redis {
     /// Moves every clone to the node at `address` (probed first; on an
     /// error nothing changes).
     pub async fn switch_to(&self, address: redis::ConnectionInfo) -> RedisResult<()> {
-        let conn = Conn::open(address, self.0.pubsub).await?;
+        let conn = Link::open(address, self.0.pubsub).await?;
         *self.0.current.write().unwrap_or_else(|e| e.into_inner()) = conn;
         self.0.switches.send_modify(|n| *n += 1);
         Ok(())
@@ -320,7 +321,7 @@ impl Redis {
         self.0.switches.subscribe()
     }
 
-    fn current(&self) -> Conn {
+    fn current(&self) -> Link {
         self.0
             .current
             .read()

@@ -254,9 +254,12 @@ return ttl
 /// ([`Redis::switch_to`]) moves every clone to the new address at once, and
 /// tells whoever watches [`Redis::switches`].
 #[derive(Clone)]
-pub struct Redis(Arc<Shared>);
+pub struct Redis(Arc<SwitchableLink>);
 
-struct Shared {
+/// What the clones of a [`Redis`] share: the [`Link`] they all use (a
+/// switch replaces it), the count of switches, and whether keyspace events
+/// are asked of the node (the probe of the next link needs it).
+struct SwitchableLink {
     current: std::sync::RwLock<Link>,
     switches: tokio::sync::watch::Sender<u64>,
     pubsub: bool,
@@ -300,7 +303,7 @@ impl Redis {
     /// Connects to the node at `address`.
     pub async fn connect_to(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Redis> {
         let conn = Link::open(address, pubsub).await?;
-        Ok(Redis(Arc::new(Shared {
+        Ok(Redis(Arc::new(SwitchableLink {
             current: std::sync::RwLock::new(conn),
             switches: tokio::sync::watch::Sender::new(0),
             pubsub,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
-use sprout::engine::{Config, ConnId, Engine, Outcome, Time};
+use sprout::engine::{ConnId, Engine, EngineConfig, Outcome, Time};
 use sprout_protocol::{Command, JobId, Response};
 
 /// Jobs present while measuring.
@@ -61,7 +61,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let config = Config {
+        let config = EngineConfig {
             max_job_size: 65_535,
             binlog_max_size: 10_485_760,
             journal: false,

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::cli::Args;
 use crate::cluster;
 use crate::connection;
-use crate::engine::{BinlogStats, Clock, Config, Engine, JobImage};
+use crate::engine::{BinlogStats, Clock, Engine, EngineConfig, JobImage};
 use crate::http;
 use crate::service;
 use crate::shared::Shared;
@@ -343,8 +343,8 @@ impl Server {
 }
 
 /// The engine's settings from the command line.
-fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> Config {
-    Config {
+fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> EngineConfig {
+    EngineConfig {
         max_job_size: args.effective_max_job_size(),
         binlog_max_size: args.binlog_size,
         journal: args.binlog_dir.is_some(),

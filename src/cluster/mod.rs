@@ -54,7 +54,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 
-use crate::engine::{Clock, Config, Engine};
+use crate::engine::{Clock, Engine, EngineConfig};
 use crate::shared::Shared;
 
 /// How long a client that connects while no node leads waits for one.
@@ -75,7 +75,7 @@ pub struct Side {
 /// or its stream refuses a batch) exits the process: fail-stop.
 pub async fn start(
     options: &Options,
-    config: Config,
+    config: EngineConfig,
     clock: Clock,
 ) -> Result<(Arc<Shared>, Side), String> {
     let node = node::connect(options).await?;
@@ -89,7 +89,7 @@ pub async fn start(
     if max_job_size < config.max_job_size {
         tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");
     }
-    let config = Config {
+    let config = EngineConfig {
         max_job_size,
         journal: true,
         ..config

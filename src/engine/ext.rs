@@ -87,7 +87,7 @@ pub(super) struct Ext {
     /// A restart restored held `aft:` jobs: release those whose group is
     /// complete (`Engine::tick`, once every job is back).
     groups_restored: bool,
-    /// Puts refused for `--max-jobs-size` (`Config::jobs_budget`).
+    /// Puts refused for `--max-jobs-size` (`EngineConfig::jobs_budget`).
     over_budget: u64,
 }
 

@@ -1,15 +1,15 @@
 //! The engine's side of persistence: the records a store must keep so a
 //! restart finds every job as it was.
 //!
-//! When journaling is on (`Config::journal`), every change that must survive
-//! a restart appends a [`Record`] holding the job's whole persistent image,
-//! not a delta: a store that applies records in order ends with each job's
-//! latest image, whatever interleaving produced it. A job's move from
-//! delayed to ready needs no record (its stored deadline says when), nor
-//! do reserve and touch, nor does a disconnect returning jobs to ready (a
-//! stored job comes back ready unless it was delayed or buried). So a
-//! crash may take back the `reserves` counted since the job's last record,
-//! as beanstalkd's binlog does. Cluster mode is the exception: there a new
+//! When journaling is on (`EngineConfig::journal`), every change that must
+//! survive a restart appends a [`Record`] holding the job's whole persistent
+//! image, not a delta: a store that applies records in order ends with each
+//! job's latest image, whatever interleaving produced it. A job's move from
+//! delayed to ready needs no record (its stored deadline says when), nor do
+//! reserve and touch, nor does a disconnect returning jobs to ready (a
+//! stored job comes back ready unless it was delayed or buried). So a crash
+//! may take back the `reserves` counted since the job's last record, as
+//! beanstalkd's binlog does. Cluster mode is the exception: there a new
 //! leader takes reservations over, so reserve, touch and a disconnect are
 //! recorded too (`Engine::set_cluster`).
 

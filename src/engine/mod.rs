@@ -74,9 +74,11 @@ pub type ConnId = u64;
 /// out. Never a client's id (those start at 1).
 const DEPARTED: ConnId = 0;
 
-/// Facts about the server that `stats` reports but the engine does not own.
+/// What the engine is given at start: the limits of `-z` and
+/// `--max-jobs-size`, whether to journal, and facts about the server that
+/// `stats` reports but the engine does not own.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct EngineConfig {
     /// `-z`: the largest job body accepted (reported as `max-job-size`).
     pub max_job_size: u32,
     /// `-s`: reported as `binlog-max-size`.
@@ -107,7 +109,7 @@ pub enum Outcome {
 
 /// The whole in-memory state of the server.
 pub struct Engine {
-    config: Config,
+    config: EngineConfig,
     host: Host,
     started: Time,
     /// The latest moment any call has passed in (calls may race to the lock
@@ -141,7 +143,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(config: Config, now: Time) -> Engine {
+    pub fn new(config: EngineConfig, now: Time) -> Engine {
         Engine {
             config,
             host: Host::read(),

@@ -17,7 +17,7 @@ use super::counts::Counts;
 use super::host::{self, Host};
 use super::job::{Job, State};
 use super::tube::Tube;
-use super::{Config, Time};
+use super::{EngineConfig, Time};
 
 const SECOND: Time = 1_000_000;
 
@@ -94,7 +94,7 @@ impl SyncTimes {
 
 /// What `stats` reports besides the counters.
 pub(super) struct ServerFacts<'a> {
-    pub(super) config: &'a Config,
+    pub(super) config: &'a EngineConfig,
     pub(super) host: &'a Host,
     pub(super) tubes: usize,
     pub(super) uptime: Time,

@@ -10,7 +10,7 @@ use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::job::Job;
 use super::table::JobTable;
-use super::{Config, ConnId, Engine, Outcome, Time};
+use super::{ConnId, Engine, EngineConfig, Outcome, Time};
 
 const S: Time = 1_000_000;
 
@@ -21,7 +21,7 @@ fn engine() -> Engine {
 /// An engine at time 0 with beanstalkd's default limits, journaling or not.
 pub(super) fn engine_with(journal: bool) -> Engine {
     Engine::new(
-        Config {
+        EngineConfig {
             max_job_size: 65_535,
             binlog_max_size: 10_485_760,
             journal,
@@ -1143,7 +1143,7 @@ fn rejects_move_counters_like_beanstalkd() {
 #[test]
 fn stats_document() {
     let mut e = Engine::new(
-        Config {
+        EngineConfig {
             max_job_size: 1234,
             binlog_max_size: 5678,
             journal: false,

@@ -79,6 +79,17 @@ impl From<Expiry> for Reading {
     }
 }
 
+impl Reading {
+    /// From a `PTTL` answer read between the clock readings `lo` and `hi`
+    /// (ms).
+    fn from_ttl(ttl: i64, lo: i64, hi: i64) -> Reading {
+        Reading {
+            expiry: Expiry::from_ttl(ttl, hi),
+            err_ms: hi - lo,
+        }
+    }
+}
+
 /// How a node tells a key's expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -407,10 +418,7 @@ impl Redis {
                 let n: i64 = redis::from_owned_redis_value(reply.extract_error()?)?;
                 Ok(match method {
                     Method::ExpireTime => Expiry::from_reply(n).into(),
-                    _ => Reading {
-                        expiry: Expiry::from_ttl(n, hi),
-                        err_ms: hi - lo,
-                    },
+                    _ => Reading::from_ttl(n, lo, hi),
                 })
             })
             .collect())
@@ -435,27 +443,25 @@ impl Redis {
     ) -> RedisResult<Reading> {
         let current = self.current();
         let mut conn = current.conn.clone();
-        if current.caps.method == Method::ExpireTime {
-            let ms: i64 = current
-                .delete_if_due
-                .key(key)
-                .arg(expire_at_ms)
-                .invoke_async(&mut conn)
-                .await?;
-            return Ok(Expiry::from_reply(ms).into());
-        }
+        let exact = current.caps.method == Method::ExpireTime;
         let sent_ms = now_ms();
-        let left = (expire_at_ms - sent_ms).max(0) + slack_ms;
-        let ttl: i64 = current
+        // `DELETE_IF_DUE` takes the deadline; `DELETE_IF_DUE_TTL` the most
+        // TTL a due key can have left (with the slack).
+        let arg = if exact {
+            expire_at_ms
+        } else {
+            (expire_at_ms - sent_ms).max(0) + slack_ms
+        };
+        let answer: i64 = current
             .delete_if_due
             .key(key)
-            .arg(left)
+            .arg(arg)
             .invoke_async(&mut conn)
             .await?;
-        let hi = now_ms();
-        Ok(Reading {
-            expiry: Expiry::from_ttl(ttl, hi),
-            err_ms: hi - sent_ms,
+        Ok(if exact {
+            Expiry::from_reply(answer).into()
+        } else {
+            Reading::from_ttl(answer, sent_ms, now_ms())
         })
     }
 

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
 
 /// `sprout bridge …`: the Redis TTL bridge as its own process.
 async fn run_bridge(args: &BridgeArgs) -> ExitCode {
-    bridge::map_large_allocations();
+    bridge::allocator::tune();
     let config = match bridge::config::Config::from_args(args) {
         Ok(config) => config,
         Err(e) => return fail("bridge", std::io::Error::other(e)),

@@ -17,7 +17,8 @@
 //!   `triggers` (asking for an early reconciliation; it keeps the gaps),
 //!   `body` (the timer and delivery job bodies), `index`
 //!   (the small durable index, a map in memory logged under
-//!   `--state-dir`: key → (expiry, current timer id)).
+//!   `--state-dir`: key → (expiry, current timer id)), [`allocator`]
+//!   (how `sprout bridge`'s own process uses glibc's allocator).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do); `failure` (why a step failed, and the retry); `sentinel` (where
@@ -101,6 +102,7 @@
 //! else `PTTL` bracketed by two clock readings, see `redis_side`), and
 //! decisions compare expiries within the reading's error (`decide`).
 
+pub mod allocator;
 mod body;
 mod clock;
 mod cluster;
@@ -136,22 +138,6 @@ use redis_side::Redis;
 use registry::Registry;
 use server_side::{Connector, Flavour, Session};
 use triggers::Triggers;
-
-/// Has glibc map every allocation of 256 KiB or more by itself (and unmap
-/// it when freed). By default it raises that threshold to the size of the
-/// last mapping freed, so each shard's table outgrown while keys arrive
-/// (a few MB each with a million keys) stayed behind in the heap: measured
-/// at 300k keys, 145 bytes of RSS per key, half of them old tables.
-/// Process-wide, so only `sprout bridge`'s own process calls it (main.rs):
-/// the server's allocation pattern, with an embedded bridge too, keeps
-/// glibc's defaults it was measured with.
-pub fn map_large_allocations() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets one of the allocator's parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-    }
-}
 
 /// Runs the bridge until `shutdown` completes (or forever). Fails only if
 /// its index cannot be opened; lost connections are retried.

@@ -33,19 +33,41 @@ const PAGE_BYTES: usize = 16 * 1024;
 /// The end of a free list.
 const NONE: u32 = u32::MAX;
 
-/// Where a body is: its length and its entry in the slab its length picks
-/// (the default is the empty body).
+/// Where a body is: its size class and its entry in that class's slab, or
+/// in the slab of large bodies (the default is the empty body). It packs
+/// into [`Body::BITS`] bits of the job record (see `job.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Body {
-    len: u32,
+    /// The length, for a body of up to [`SMALL`] bytes; else [`LARGE`].
+    size: u16,
     at: u32,
 }
 
+/// A [`Body`]'s size for a body over [`SMALL`] bytes (its box knows how long).
+const LARGE: u16 = SMALL as u16 + 1;
+/// Bits of an entry number: a slab never has more entries than there are
+/// jobs at once (a freed one is always taken before a new one), under 2^30.
+const AT_BITS: u32 = 30;
+
 impl Body {
-    pub(super) fn len(self) -> usize {
-        self.len as usize
+    /// The bits a record spends on a handle.
+    pub(super) const BITS: u32 = AT_BITS + 11;
+
+    /// The handle as a record stores it (below [`Body::BITS`]).
+    pub(super) fn bits(self) -> u64 {
+        (u64::from(self.size) << AT_BITS) | u64::from(self.at)
+    }
+
+    /// The handle stored as `bits` (from [`Body::bits`]).
+    pub(super) fn from_bits(bits: u64) -> Body {
+        Body {
+            size: (bits >> AT_BITS) as u16,
+            at: (bits & ((1 << AT_BITS) - 1)) as u32,
+        }
     }
 }
+
+const _: () = assert!(LARGE < 1 << (Body::BITS - AT_BITS));
 
 pub(super) struct Bodies {
     /// By class: bodies of `class + 1` bytes.
@@ -145,8 +167,7 @@ impl Bodies {
 
     /// Keeps a copy of `body`.
     pub(super) fn put(&mut self, body: &[u8]) -> Body {
-        let len = u32::try_from(body.len()).expect("bodies are at most 1 GiB");
-        self.bytes += u64::from(len);
+        self.bytes += body.len() as u64;
         let at = match body.len() {
             0 => 0,
             n if n <= SMALL => {
@@ -169,11 +190,21 @@ impl Bodies {
                 }
             }
         };
-        Body { len, at }
+        debug_assert!(at < 1 << AT_BITS);
+        let size = u16::try_from(body.len()).map_or(LARGE, |n| n.min(LARGE));
+        Body { size, at }
+    }
+
+    /// The length of `body`.
+    pub(super) fn len(&self, body: Body) -> usize {
+        match body.size {
+            LARGE => self.large[body.at as usize].len(),
+            n => usize::from(n),
+        }
     }
 
     pub(super) fn get(&self, body: Body) -> &[u8] {
-        match body.len() {
+        match usize::from(body.size) {
             0 => &[],
             n if n <= SMALL => &self.classes[class_of(n)].entry(body.at)[..n],
             _ => &self.large[body.at as usize],
@@ -182,8 +213,8 @@ impl Bodies {
 
     /// Frees `body`'s room for another; the handle must not be used again.
     pub(super) fn free(&mut self, body: Body) {
-        self.bytes -= body.len() as u64;
-        match body.len() {
+        self.bytes -= self.len(body) as u64;
+        match usize::from(body.size) {
             0 => {}
             n if n <= SMALL => self.classes[class_of(n)].give_back(body.at),
             _ => {
@@ -213,8 +244,11 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| (bodies.put(&body(n, i as u8)), body(n, i as u8)))
             .collect();
-        for (handle, expected) in &kept {
-            assert_eq!(bodies.get(*handle), &expected[..]);
+        for &(handle, ref expected) in &kept {
+            assert_eq!(bodies.get(handle), &expected[..]);
+            assert_eq!(bodies.len(handle), expected.len());
+            assert!(handle.bits() < 1 << Body::BITS);
+            assert_eq!(Body::from_bits(handle.bits()), handle);
         }
     }
 

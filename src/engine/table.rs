@@ -20,6 +20,24 @@
 //! ready or delay heap (a job is in at most one). Sifting rewrites the
 //! positions of every entry it moves; kept in 4 bytes per job rather than
 //! in the records, those writes stay within a few cache-resident megabytes.
+//!
+//! What a held 100-byte job costs, measured (RSS by mapping after `load
+//! fill`, 1M and 10M jobs; the big arrays are mappings of their own): its
+//! body 100 (plus 16 bytes of `malloc` header per 12.8 KB page), its
+//! record 40, its ready-heap entry 16 (delayed: 12), its heap position 4,
+//! the id index 8.4 at 1M (2^21 buckets) and 6.7 at 10M (2^24), and about
+//! 2 bytes at 1M of everything else (connections, allocator): 170 B ready,
+//! 167 delayed at 1M; 167 and 163 at 10M. Issue 16's 150 is not reached:
+//! without the record, the body, the heap's copied keys, the positions and
+//! the index already take 128.5 (1M ready; 124.5 delayed, 126.8 and 122.8
+//! at 10M). The copies and positions keep `reserve` and promotion at about
+//! one miss per heap level, and the index finds a job by id in O(1); so
+//! 150 at 1M ready needs a record under 20 bytes. The record's 40 are the
+//! id, creation time and deadline (8 each: microseconds, for exact ages),
+//! the priority and profile (4 each) and one word for the body handle,
+//! state, tags flag and counts; the next candidates, the creation time as
+//! 32-bit offsets from per-epoch bases and the priority interned, would
+//! bring it to 32, each with costs of its own.
 
 use std::collections::BTreeMap;
 use std::ops::{Index, IndexMut};

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use sprout_protocol::{JobId, Response, TubeName};
 
 use super::job::State;
+use super::profile::Profile;
 use super::{Change, Engine, Time};
 
 /// Why an admin change was refused.
@@ -133,7 +134,14 @@ impl Engine {
             }
             let seq = self.jobs[slot].deadline;
             self.take_out(slot);
-            self.jobs[slot].tube = dest;
+            let profile = self.jobs.profile(slot);
+            self.jobs.set_profile(
+                slot,
+                Profile {
+                    tube: dest,
+                    ..profile
+                },
+            );
             match state {
                 State::Ready => self.make_ready(slot),
                 State::Delayed => self.make_delayed(slot, seq),

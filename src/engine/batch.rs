@@ -58,7 +58,7 @@ pub(super) fn peek_reserved(e: &Engine, conn: ConnId) -> Response {
         .conns
         .values()
         .flat_map(|c| c.reserved.iter().map(|&(_, slot)| slot))
-        .filter(|&slot| e.jobs[slot].tube == t)
+        .filter(|&slot| e.jobs.tube(slot) == t)
         .min_by_key(|&slot| e.jobs[slot].id);
     e.found(slot)
 }
@@ -100,7 +100,7 @@ pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcom
             .conns
             .iter()
             .flat_map(|(&c, held)| held.reserved.iter().map(move |&(_, slot)| (c, slot)))
-            .filter(|&(_, slot)| e.jobs[slot].tube == t)
+            .filter(|&(_, slot)| e.jobs.tube(slot) == t)
             .take(FLUSH_STEP - flushed)
             .collect();
         for (holder, slot) in held {
@@ -124,7 +124,7 @@ pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcom
 /// Deletes job `slot` of tube `t`, out of every queue: a delete record,
 /// never an `idp:` cooldown.
 fn flush_job(e: &mut Engine, t: u32, slot: u32) {
-    if e.jobs[slot].tagged {
+    if e.jobs[slot].tagged() {
         e.drop_tags(slot);
     }
     e.tubes[t].deletes += 1;

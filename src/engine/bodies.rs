@@ -3,16 +3,20 @@
 //! A body handed to `malloc` costs a chunk of its own: 112 bytes for a
 //! 100-byte body (a 8-byte header, rounded to 16), plus the 32-byte `Bytes`
 //! that points at it, for each of millions of held jobs. Here a body of
-//! up to [`SMALL`] bytes goes into a slab of its size class (8-byte steps:
-//! a 100-byte body takes 104 bytes, and nothing else), and a job keeps an
-//! 8-byte [`Body`] handle. Each class is a list of pages of a power-of-two
-//! number of entries (about 64 KiB a page), so a handle turns into an
-//! address with a shift and a mask. A freed entry goes on its class's free
-//! list, threaded through the freed entries themselves (no memory of its
-//! own), and the next body of that class takes it: freed space is reused,
-//! but it stays with its class (pages are never handed back, as `malloc`
-//! keeps small chunks: a server that once held 10M 100-byte bodies keeps
-//! that room for 100-byte bodies).
+//! up to [`SMALL`] bytes goes into a slab of its exact size (one class per
+//! length: a 100-byte body takes 100 bytes; classes in 8-byte steps took
+//! 104, 4 bytes of every held 100-byte job), and a job keeps a small
+//! [`Body`] handle. Each class is a list of pages of a power-of-two number
+//! of entries (about 16 KiB a page), so a handle turns into an address with
+//! a shift and a mask; with a class per length, a server holding bodies of
+//! every length keeps at most one part-filled page per class (16 MiB at
+//! worst, where 64 KiB pages would make it 64). A freed entry goes on its
+//! class's free list, threaded through the freed entries themselves (no
+//! memory of its own; the 1- to 3-byte classes take 4-byte entries to hold
+//! the link), and the next body of that class takes it: freed space is
+//! reused, but it stays with its class (pages are never handed back, as
+//! `malloc` keeps small chunks: a server that once held 10M 100-byte bodies
+//! keeps that room for 100-byte bodies).
 //!
 //! Larger bodies each get an allocation of their own (its overhead is
 //! under 2% of them), found through a slab of boxes.
@@ -22,30 +26,51 @@
 
 /// The largest body kept in a size class.
 const SMALL: usize = 1024;
-/// Class sizes step by this much (and it holds a free list's link).
-const STEP: usize = 8;
-const CLASSES: usize = SMALL / STEP;
+/// The smallest entry: room for a free list's link.
+const LINK: usize = 4;
 /// About how many bytes a page of a class holds.
-const PAGE_BYTES: usize = 64 * 1024;
+const PAGE_BYTES: usize = 16 * 1024;
 /// The end of a free list.
 const NONE: u32 = u32::MAX;
 
-/// Where a body is: its length and its entry in the slab its length picks
-/// (the default is the empty body).
+/// Where a body is: its size class and its entry in that class's slab, or
+/// in the slab of large bodies (the default is the empty body). It packs
+/// into [`Body::BITS`] bits of the job record (see `job.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Body {
-    len: u32,
+    /// The length, for a body of up to [`SMALL`] bytes; else [`LARGE`].
+    size: u16,
     at: u32,
 }
 
+/// A [`Body`]'s size for a body over [`SMALL`] bytes (its box knows how long).
+const LARGE: u16 = SMALL as u16 + 1;
+/// Bits of an entry number: a slab never has more entries than there are
+/// jobs at once (a freed one is always taken before a new one), under 2^30.
+const AT_BITS: u32 = 30;
+
 impl Body {
-    pub(super) fn len(self) -> usize {
-        self.len as usize
+    /// The bits a record spends on a handle.
+    pub(super) const BITS: u32 = AT_BITS + 11;
+
+    /// The handle as a record stores it (below [`Body::BITS`]).
+    pub(super) fn bits(self) -> u64 {
+        (u64::from(self.size) << AT_BITS) | u64::from(self.at)
+    }
+
+    /// The handle stored as `bits` (from [`Body::bits`]).
+    pub(super) fn from_bits(bits: u64) -> Body {
+        Body {
+            size: (bits >> AT_BITS) as u16,
+            at: (bits & ((1 << AT_BITS) - 1)) as u32,
+        }
     }
 }
 
+const _: () = assert!(LARGE < 1 << (Body::BITS - AT_BITS));
+
 pub(super) struct Bodies {
-    /// By class: bodies of `STEP * (class + 1)` bytes or less.
+    /// By class: bodies of `class + 1` bytes.
     classes: Vec<Class>,
     /// The bytes of every body held (`--max-jobs-size` counts them).
     bytes: u64,
@@ -122,13 +147,13 @@ fn link(entry: &[u8]) -> u32 {
 
 /// The class of a body of `len` bytes (1 ..= SMALL).
 fn class_of(len: usize) -> usize {
-    (len - 1) / STEP
+    len - 1
 }
 
 impl Bodies {
     pub(super) fn new() -> Bodies {
         Bodies {
-            classes: (1..=CLASSES).map(|c| Class::new(c * STEP)).collect(),
+            classes: (1..=SMALL).map(|len| Class::new(len.max(LINK))).collect(),
             large: Vec::new(),
             large_free: Vec::new(),
             bytes: 0,
@@ -142,8 +167,7 @@ impl Bodies {
 
     /// Keeps a copy of `body`.
     pub(super) fn put(&mut self, body: &[u8]) -> Body {
-        let len = u32::try_from(body.len()).expect("bodies are at most 1 GiB");
-        self.bytes += u64::from(len);
+        self.bytes += body.len() as u64;
         let at = match body.len() {
             0 => 0,
             n if n <= SMALL => {
@@ -166,11 +190,21 @@ impl Bodies {
                 }
             }
         };
-        Body { len, at }
+        debug_assert!(at < 1 << AT_BITS);
+        let size = u16::try_from(body.len()).map_or(LARGE, |n| n.min(LARGE));
+        Body { size, at }
+    }
+
+    /// The length of `body`.
+    pub(super) fn len(&self, body: Body) -> usize {
+        match body.size {
+            LARGE => self.large[body.at as usize].len(),
+            n => usize::from(n),
+        }
     }
 
     pub(super) fn get(&self, body: Body) -> &[u8] {
-        match body.len() {
+        match usize::from(body.size) {
             0 => &[],
             n if n <= SMALL => &self.classes[class_of(n)].entry(body.at)[..n],
             _ => &self.large[body.at as usize],
@@ -179,8 +213,8 @@ impl Bodies {
 
     /// Frees `body`'s room for another; the handle must not be used again.
     pub(super) fn free(&mut self, body: Body) {
-        self.bytes -= body.len() as u64;
-        match body.len() {
+        self.bytes -= self.len(body) as u64;
+        match usize::from(body.size) {
             0 => {}
             n if n <= SMALL => self.classes[class_of(n)].give_back(body.at),
             _ => {
@@ -204,14 +238,17 @@ mod tests {
     #[test]
     fn every_size_reads_back_as_put() {
         let mut bodies = Bodies::new();
-        let sizes = [0, 1, 7, 8, 9, 100, 1023, 1024, 1025, 70_000];
+        let sizes = [0, 1, 2, 3, 4, 7, 8, 9, 100, 1023, 1024, 1025, 70_000];
         let kept: Vec<_> = sizes
             .iter()
             .enumerate()
             .map(|(i, &n)| (bodies.put(&body(n, i as u8)), body(n, i as u8)))
             .collect();
-        for (handle, expected) in &kept {
-            assert_eq!(bodies.get(*handle), &expected[..]);
+        for &(handle, ref expected) in &kept {
+            assert_eq!(bodies.get(handle), &expected[..]);
+            assert_eq!(bodies.len(handle), expected.len());
+            assert!(handle.bits() < 1 << Body::BITS);
+            assert_eq!(Body::from_bits(handle.bits()), handle);
         }
     }
 
@@ -223,19 +260,43 @@ mod tests {
         let big = bodies.put(&body(5000, 3));
         bodies.free(a);
         bodies.free(big);
-        let c = bodies.put(&body(97, 4));
+        let c = bodies.put(&body(100, 4));
         let big2 = bodies.put(&body(6000, 5));
         assert_eq!(c.at, a.at, "the freed entry of the class is taken again");
         assert_eq!(big2.at, big.at);
         assert_eq!(bodies.get(b), &body(100, 2)[..]);
-        assert_eq!(bodies.get(c), &body(97, 4)[..]);
+        assert_eq!(bodies.get(c), &body(100, 4)[..]);
         assert_eq!(bodies.get(big2), &body(6000, 5)[..]);
+    }
+
+    #[test]
+    fn each_length_has_its_own_class() {
+        let mut bodies = Bodies::new();
+        let a = bodies.put(&body(100, 1));
+        bodies.free(a);
+        let shorter = bodies.put(&body(99, 2));
+        let same = bodies.put(&body(100, 3));
+        assert_eq!(same.at, a.at);
+        assert_eq!(bodies.get(shorter), &body(99, 2)[..]);
+        assert_eq!(bodies.get(same), &body(100, 3)[..]);
+        // Entries shorter than a link still chain their free list.
+        let tiny: Vec<_> = (0..3).map(|i| bodies.put(&body(1, i))).collect();
+        for &h in &tiny {
+            bodies.free(h);
+        }
+        let again: Vec<_> = (0..3).map(|i| bodies.put(&body(1, 10 + i))).collect();
+        let mut ats: Vec<_> = again.iter().map(|h| h.at).collect();
+        ats.sort_unstable();
+        assert_eq!(ats, [0, 1, 2]);
+        for (i, &h) in again.iter().enumerate() {
+            assert_eq!(bodies.get(h), &body(1, 10 + i as u8)[..]);
+        }
     }
 
     #[test]
     fn pages_fill_and_free_lists_chain() {
         let mut bodies = Bodies::new();
-        // More than a page of 100-byte bodies (512 entries a page).
+        // More than a page of 100-byte bodies (128 entries a page).
         let handles: Vec<_> = (0..1500).map(|i| bodies.put(&body(100, i as u8))).collect();
         for &h in handles.iter().step_by(3) {
             bodies.free(h);

@@ -142,7 +142,7 @@ impl Engine {
             .values()
             .flat_map(|c| c.reserved.iter())
             .map(|&(_, slot)| slot)
-            .filter(|&slot| self.jobs[slot].tube == t);
+            .filter(|&slot| self.jobs.tube(slot) == t);
         let slots = (tube.ready.entries().iter().map(|e| e.slot))
             .chain(tube.delayed.entries().iter().map(|e| e.slot))
             .chain(tube.buried.iter().map(|&(_, slot)| slot))
@@ -214,7 +214,7 @@ impl Engine {
                     .conns
                     .values()
                     .flat_map(|c| c.reserved.iter())
-                    .filter(|&&(_, slot)| self.jobs[slot].tube == t)
+                    .filter(|&&(_, slot)| self.jobs.tube(slot) == t)
                     .map(|&(deadline, slot)| (Cursor(deadline, self.jobs[slot].id), slot))
                     .filter(|&(cursor, _)| after.is_none_or(|after| cursor > after))
                     .collect();
@@ -235,6 +235,7 @@ impl Engine {
 
     fn info(&self, slot: u32, cursor: Cursor) -> JobInfo {
         let job: &Job = &self.jobs[slot];
+        let profile = self.jobs.profile(slot);
         let counts = self.jobs.counts(slot);
         let time_left = match job.state() {
             State::Delayed | State::Reserved => job.deadline.saturating_sub(self.now),
@@ -242,12 +243,12 @@ impl Engine {
         };
         JobInfo {
             id: job.id,
-            tube: self.tubes[job.tube].name.clone(),
+            tube: self.tubes[profile.tube].name.clone(),
             state: job.state(),
             pri: job.pri,
             age: self.now.saturating_sub(job.created),
-            delay: job.delay,
-            ttr: job.ttr,
+            delay: profile.delay,
+            ttr: profile.ttr,
             time_left,
             reserves: counts.reserves,
             timeouts: counts.timeouts,

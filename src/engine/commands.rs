@@ -16,7 +16,8 @@ use sprout_protocol::{Command, JobId, Response, TubeName};
 
 use super::conn::Wait;
 use super::counts::Counter;
-use super::job::{Job, State};
+use super::job::State;
+use super::profile::Profile;
 use super::room::Change;
 use super::timers::TimerKey;
 use super::{batch, micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
@@ -127,8 +128,12 @@ impl Engine {
         if self.jobs.is_full() || !self.room.admits(change) || self.over_budget(body.len()) {
             return Response::OutOfMemory;
         }
-        let job = Job::new(id, pri, seconds(ttr).max(1), seconds(delay), t, self.now);
-        let slot = self.jobs.insert(job, &body);
+        let profile = Profile {
+            tube: t,
+            ttr: seconds(ttr).max(1),
+            delay: seconds(delay),
+        };
+        let slot = self.jobs.insert(id, pri, profile, self.now, &body);
         let held = match tags {
             None => false,
             Some(tags) => self.attach(slot, tags),
@@ -234,7 +239,7 @@ fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
 fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
-            if e.jobs[slot].tagged && (e.con_blocked(slot) || e.is_held(slot)) {
+            if e.jobs[slot].tagged() && (e.con_blocked(slot) || e.is_held(slot)) {
                 return Response::NotFound;
             }
             e.take_out(slot);
@@ -258,18 +263,21 @@ pub(super) fn delete(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
         if e.owned(conn, id).is_none() {
             return Response::NotFound;
         }
-        let job = &e.jobs[slot];
+        let profile = e.jobs.profile(slot);
         // From the reserve, or the last touch, which restarted the TTR.
-        let reserved_at = job
+        let reserved_at = e.jobs[slot]
             .deadline
-            .saturating_sub(u64::from(job.ttr) * MICROS_PER_SECOND);
+            .saturating_sub(u64::from(profile.ttr) * MICROS_PER_SECOND);
         let held = e.now.saturating_sub(reserved_at);
-        e.tubes[job.tube].latency.reserve_to_delete.observe(held);
+        e.tubes[profile.tube]
+            .latency
+            .reserve_to_delete
+            .observe(held);
         e.unreserve(conn, slot);
     } else {
         e.take_out(slot);
     }
-    e.tubes[e.jobs[slot].tube].deletes += 1;
+    e.tubes[e.jobs.tube(slot)].deletes += 1;
     e.discard(slot);
     Response::Deleted
 }
@@ -284,9 +292,16 @@ fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -
         Some(slot) if !e.room_to_update(slot) => Response::OutOfMemory,
         Some(slot) => {
             e.unreserve(conn, slot);
-            let job = &mut e.jobs[slot];
-            job.pri = pri;
-            job.delay = seconds(delay);
+            e.jobs[slot].pri = pri;
+            let profile = e.jobs.profile(slot);
+            let delay_s = seconds(delay);
+            e.jobs.set_profile(
+                slot,
+                Profile {
+                    delay: delay_s,
+                    ..profile
+                },
+            );
             e.jobs.bump(slot, Counter::Releases);
             e.enqueue(slot, micros(delay));
             e.record_update(slot);
@@ -446,13 +461,14 @@ fn kick_job(e: &mut Engine, id: JobId) -> Response {
 fn stats_job(e: &Engine, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) => {
-            let job = &e.jobs[slot];
+            let profile = e.jobs.profile(slot);
             let file = e.file_of(slot);
             let counts = e.jobs.counts(slot);
             Response::Ok(stats::job(
-                job,
+                &e.jobs[slot],
+                profile,
                 counts,
-                &e.tubes[job.tube].name,
+                &e.tubes[profile.tube].name,
                 file,
                 e.tags_of(slot),
                 e.now,

@@ -187,7 +187,7 @@ impl Engine {
     /// members).
     pub(super) fn attach(&mut self, slot: u32, tags: Box<Tags>) -> bool {
         let job = &mut self.jobs[slot];
-        job.tagged = true;
+        job.set_tagged(true);
         let id = job.id;
         if let Some(group) = &tags.grp {
             let g = self.ext.groups.entry(group.clone()).or_default();
@@ -200,7 +200,7 @@ impl Engine {
                 .is_some_and(|g| !g.members.is_empty())
         });
         if let Some((key, _)) = &tags.idp {
-            let name = self.tubes[job.tube].name.clone();
+            let name = self.tubes[self.jobs.tube(slot)].name.clone();
             let keys = self.ext.keys.entry(name).or_default();
             // A restart may find the job after an older cooldown of its
             // key: that one's record still goes when it is over.
@@ -222,7 +222,7 @@ impl Engine {
     /// Whether job `slot` is an `aft:` job still held.
     pub(super) fn is_held(&self, slot: u32) -> bool {
         let job = &self.jobs[slot];
-        job.tagged && job.state() == State::Delayed && job.deadline == HELD
+        job.tagged() && job.state() == State::Delayed && job.deadline == HELD
     }
 
     /// Job `slot` leaves its group (deleted): if that was the last member,
@@ -320,7 +320,7 @@ impl Engine {
 
     /// The tags of job `slot` (`None` for an untagged job).
     pub(super) fn tags_of(&self, slot: u32) -> Option<&Tags> {
-        match self.jobs[slot].tagged {
+        match self.jobs[slot].tagged() {
             false => None,
             true => Some(self.ext.tags.get(&slot).expect("a tagged job's tags")),
         }
@@ -337,7 +337,7 @@ impl Engine {
 
     /// The bytes job `slot`'s extras add to each of its records.
     pub(super) fn extras_len(&self, slot: u32) -> usize {
-        match self.jobs[slot].tagged {
+        match self.jobs[slot].tagged() {
             false => 0,
             true => Extras {
                 tags: (*self.ext.tags[&slot]).clone(),
@@ -368,8 +368,10 @@ impl Engine {
         let Some(tags) = self.ext.tags.remove(&slot) else {
             return false;
         };
-        let job = &self.jobs[slot];
-        let (id, name) = (job.id, self.tubes[job.tube].name.clone());
+        let (id, name) = (
+            self.jobs[slot].id,
+            self.tubes[self.jobs.tube(slot)].name.clone(),
+        );
         if tags.grp.is_some() || tags.aft.is_some() {
             self.leave_group(slot, &tags);
         }
@@ -390,9 +392,9 @@ impl Engine {
             .cooling
             .insert((until, id), (name.clone(), key.clone()));
         if self.config.journal {
-            let job = &self.jobs[slot];
             let mut image = JobImage::of(
-                job,
+                &self.jobs[slot],
+                self.jobs.profile(slot),
                 self.jobs.counts(slot),
                 self.jobs.body_bytes(slot),
                 &name,
@@ -416,7 +418,7 @@ impl Engine {
             self.leave_group(slot, &tags);
         }
         if let Some((key, _)) = &tags.idp {
-            let name = &self.tubes[self.jobs[slot].tube].name;
+            let name = &self.tubes[self.jobs.tube(slot)].name;
             if let Some(keys) = self.ext.keys.get_mut(name) {
                 keys.remove(key);
             }
@@ -480,14 +482,14 @@ impl Engine {
     #[inline]
     pub(super) fn ready_top(&self, t: u32) -> Option<ByPriority> {
         let top = self.tubes[t].ready.peek()?;
-        if !self.jobs[top.slot].tagged || !self.con_blocked(top.slot) {
+        if !self.jobs[top.slot].tagged() || !self.con_blocked(top.slot) {
             return Some(top);
         }
         self.tubes[t]
             .ready
             .entries()
             .iter()
-            .filter(|e| !self.jobs[e.slot].tagged || !self.con_blocked(e.slot))
+            .filter(|e| !self.jobs[e.slot].tagged() || !self.con_blocked(e.slot))
             .min_by_key(|e| e.key())
             .copied()
     }

@@ -18,6 +18,7 @@ use sprout_protocol::{JobId, Tags, TubeName};
 
 use super::counts::Counts;
 use super::job::{Job, State};
+use super::profile::Profile;
 use super::Time;
 
 /// A job's state as stored.
@@ -67,7 +68,13 @@ pub enum Record {
 }
 
 impl JobImage {
-    pub(super) fn of(job: &Job, counts: Counts, body: Bytes, tube: &TubeName) -> JobImage {
+    pub(super) fn of(
+        job: &Job,
+        profile: Profile,
+        counts: Counts,
+        body: Bytes,
+        tube: &TubeName,
+    ) -> JobImage {
         let state = match job.state() {
             State::Ready => Stored::Ready,
             State::Reserved => Stored::Reserved(job.deadline),
@@ -78,8 +85,8 @@ impl JobImage {
             id: job.id,
             tube: tube.clone(),
             pri: job.pri,
-            ttr: job.ttr,
-            delay: job.delay,
+            ttr: profile.ttr,
+            delay: profile.delay,
             state,
             created: job.created,
             reserves: counts.reserves,
@@ -92,10 +99,13 @@ impl JobImage {
         }
     }
 
-    /// The in-memory record this image describes, in tube `t`, with no
-    /// state set yet (no body nor counters: the job table keeps those).
-    pub(super) fn to_job(&self, t: u32) -> Job {
-        Job::new(self.id, self.pri, self.ttr, self.delay, t, self.created)
+    /// The profile of the job this image describes, in tube `t`.
+    pub(super) fn profile(&self, t: u32) -> Profile {
+        Profile {
+            tube: t,
+            ttr: self.ttr,
+            delay: self.delay,
+        }
     }
 
     /// Its `stats-job` counters.

@@ -39,6 +39,7 @@ mod histogram;
 mod host;
 mod job;
 mod journal;
+mod profile;
 mod room;
 mod stats;
 mod table;
@@ -330,7 +331,13 @@ impl Engine {
             return;
         }
         let t = self.tubes.find_or_make(&image.tube);
-        let slot = self.jobs.insert(image.to_job(t), &image.body);
+        let slot = self.jobs.insert(
+            image.id,
+            image.pri,
+            image.profile(t),
+            image.created,
+            &image.body,
+        );
         self.jobs.set_counts(slot, image.counts());
         if let Some(extras) = &image.ext {
             self.attach(slot, Box::new(extras.tags.clone()));
@@ -370,11 +377,11 @@ impl Engine {
         } else {
             self.take_out(slot);
         }
-        if self.jobs[slot].tagged {
+        if self.jobs[slot].tagged() {
             self.drop_tags(slot);
         }
-        let job = self.jobs.remove(slot);
-        self.drop_tube_ref(job.tube);
+        let (_, tube) = self.jobs.remove(slot);
+        self.drop_tube_ref(tube);
     }
 
     /// Ends `conn`'s blocked `reserve` without an answer; says whether it
@@ -405,11 +412,11 @@ impl Engine {
     fn discard(&mut self, slot: u32) {
         // A job cooling down under an `idp:` TTL writes its cooling record
         // instead (`ext.rs`).
-        let cooling = self.jobs[slot].tagged && self.detach(slot);
-        let job = self.jobs.remove(slot);
-        self.drop_tube_ref(job.tube);
+        let cooling = self.jobs[slot].tagged() && self.detach(slot);
+        let (id, tube) = self.jobs.remove(slot);
+        self.drop_tube_ref(tube);
         if self.config.journal && !cooling {
-            self.journal.push(Record::Delete(job.id));
+            self.journal.push(Record::Delete(id));
             self.room.charge(Change::Delete);
         }
     }
@@ -467,7 +474,8 @@ impl Engine {
     /// Takes a ready, delayed or buried job out of its tube's queue.
     fn take_out(&mut self, slot: u32) {
         let job = &self.jobs[slot];
-        let (t, state, pri, deadline) = (job.tube, job.state(), job.pri, job.deadline);
+        let (state, pri, deadline) = (job.state(), job.pri, job.deadline);
+        let t = self.jobs.tube(slot);
         let tube = &mut self.tubes[t];
         match state {
             State::Ready => {
@@ -494,13 +502,13 @@ impl Engine {
     /// Takes a job out of `conn`'s reservations.
     fn unreserve(&mut self, conn: ConnId, slot: u32) {
         let job = &self.jobs[slot];
-        if job.tagged {
+        if job.tagged() {
             self.con_release(slot);
         }
-        let job = &self.jobs[slot];
+        let deadline = self.jobs[slot].deadline;
         let c = self.conns.get_mut(&conn).expect("known connection");
-        c.reserved.remove(&(job.deadline, slot));
-        self.tubes[job.tube].reserved -= 1;
+        c.reserved.remove(&(deadline, slot));
+        self.tubes[self.jobs.tube(slot)].reserved -= 1;
         self.stats.reserved -= 1;
         self.arm_conn(conn);
     }
@@ -521,7 +529,8 @@ impl Engine {
         // A ready job's deadline is free: it keeps when the job became
         // ready, for the reserve-wait histogram.
         job.deadline = self.now;
-        let (t, urgent) = (job.tube, job.pri < URGENT_THRESHOLD);
+        let urgent = job.pri < URGENT_THRESHOLD;
+        let t = self.jobs.tube(slot);
         let tube = &mut self.tubes[t];
         tube.ready.push(slot, &mut self.jobs);
         self.stats.ready += 1;
@@ -536,7 +545,7 @@ impl Engine {
         let job = &mut self.jobs[slot];
         job.set_state(State::Delayed);
         job.deadline = until;
-        let t = job.tube;
+        let t = self.jobs.tube(slot);
         self.tubes[t].delayed.push(slot, &mut self.jobs);
         self.stats.delayed += 1;
         self.arm_delayed(t);
@@ -554,7 +563,7 @@ impl Engine {
         let job = &mut self.jobs[slot];
         job.set_state(State::Buried);
         job.deadline = seq;
-        self.tubes[job.tube].buried.insert((seq, slot));
+        self.tubes[self.jobs.tube(slot)].buried.insert((seq, slot));
         self.stats.buried += 1;
     }
 
@@ -563,7 +572,7 @@ impl Engine {
         let job = &mut self.jobs[slot];
         job.set_state(State::Reserved);
         job.deadline = until;
-        self.tubes[job.tube].reserved += 1;
+        self.tubes[self.jobs.tube(slot)].reserved += 1;
         self.stats.reserved += 1;
         let departed = self.conns.entry(DEPARTED).or_insert_with(Conn::departed);
         departed.reserved.insert((until, slot));
@@ -581,7 +590,7 @@ impl Engine {
         let mut held: Vec<(JobId, bytes::Bytes)> = departed
             .reserved
             .iter()
-            .filter(|&&(_, slot)| self.jobs[slot].tube == t)
+            .filter(|&&(_, slot)| self.jobs.tube(slot) == t)
             .map(|&(_, slot)| (self.jobs[slot].id, self.jobs.body_bytes(slot)))
             .collect();
         held.sort_unstable_by_key(|(id, _)| *id);
@@ -602,7 +611,7 @@ impl Engine {
         };
         if delete {
             self.unreserve(DEPARTED, slot);
-            self.tubes[self.jobs[slot].tube].deletes += 1;
+            self.tubes[self.jobs.tube(slot)].deletes += 1;
             self.discard(slot);
         } else {
             self.time_out(DEPARTED, slot);
@@ -626,10 +635,11 @@ impl Engine {
     }
 
     fn make_reserved(&mut self, conn: ConnId, slot: u32) {
+        let t = self.jobs.tube(slot);
         let job = &mut self.jobs[slot];
         let ready_since = (job.state() == State::Ready).then_some(job.deadline);
         job.set_state(State::Reserved);
-        let tube = &mut self.tubes[job.tube];
+        let tube = &mut self.tubes[t];
         tube.reserved += 1;
         if let Some(since) = ready_since {
             tube.latency
@@ -641,7 +651,7 @@ impl Engine {
             .observe(self.now.saturating_sub(job.created));
         self.stats.reserved += 1;
         self.jobs.bump(slot, Counter::Reserves);
-        if self.jobs[slot].tagged {
+        if self.jobs[slot].tagged() {
             self.con_acquire(slot);
         }
         self.start_ttr(conn, slot);
@@ -677,11 +687,9 @@ impl Engine {
 
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).
     fn start_ttr(&mut self, conn: ConnId, slot: u32) {
-        let job = &mut self.jobs[slot];
-        job.deadline = self
-            .now
-            .saturating_add(u64::from(job.ttr) * MICROS_PER_SECOND);
-        let deadline = job.deadline;
+        let ttr = self.jobs.profile(slot).ttr;
+        let deadline = self.now.saturating_add(u64::from(ttr) * MICROS_PER_SECOND);
+        self.jobs[slot].deadline = deadline;
         self.conn_mut(conn).reserved.insert((deadline, slot));
         self.arm_conn(conn);
     }
@@ -692,13 +700,13 @@ impl Engine {
             return;
         }
         let image = self.image(slot);
-        let job = &self.jobs[slot];
+        let body = self.jobs.body_len(slot);
         let change = match &image.ext {
             None => Change::Put {
-                body: job.body.len(),
+                body,
                 tube: image.tube.as_bytes().len(),
             },
-            Some(ext) => self.put_change(job.tube, job.body.len(), Some(&ext.tags)),
+            Some(ext) => self.put_change(self.jobs.tube(slot), body, Some(&ext.tags)),
         };
         self.room.charge(change);
         self.journal.push(Record::Put(image));
@@ -723,12 +731,13 @@ impl Engine {
 
     /// Job `slot` as its records hold it, tags included.
     fn image(&self, slot: u32) -> JobImage {
-        let job = &self.jobs[slot];
+        let profile = self.jobs.profile(slot);
         let mut image = JobImage::of(
-            job,
+            &self.jobs[slot],
+            profile,
             self.jobs.counts(slot),
             self.jobs.body_bytes(slot),
-            &self.tubes[job.tube].name,
+            &self.tubes[profile.tube].name,
         );
         image.ext = self.extras(slot);
         image
@@ -745,8 +754,8 @@ impl Engine {
 
     /// Whether the store has room to record a new state of job `slot`.
     fn room_to_update(&self, slot: u32) -> bool {
-        let mut tube = self.tubes[self.jobs[slot].tube].name.as_bytes().len();
-        if self.jobs[slot].tagged {
+        let mut tube = self.tubes[self.jobs.tube(slot)].name.as_bytes().len();
+        if self.jobs[slot].tagged() {
             tube += self.extras_len(slot);
         }
         self.room.admits(Change::Update { tube })

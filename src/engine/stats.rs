@@ -16,6 +16,7 @@ use sprout_protocol::{Op, Tags, TubeName};
 use super::counts::Counts;
 use super::host::{self, Host};
 use super::job::{Job, State};
+use super::profile::Profile;
 use super::tube::Tube;
 use super::{EngineConfig, Time};
 
@@ -195,6 +196,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
 /// stays byte for byte beanstalkd's; tuber lists the tag keys empty).
 pub(super) fn job(
     job: &Job,
+    profile: Profile,
     counts: Counts,
     tube: &TubeName,
     file: u64,
@@ -215,8 +217,8 @@ pub(super) fn job(
         job.state().name(),
         job.pri,
         seconds_between(job.created, now),
-        job.delay,
-        job.ttr,
+        profile.delay,
+        profile.ttr,
         time_left,
         file,
         counts.reserves,

@@ -9,6 +9,7 @@ use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response
 
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::job::Job;
+use super::profile::Profile;
 use super::table::JobTable;
 use super::{ConnId, Engine, EngineConfig, Outcome, Time};
 
@@ -1221,8 +1222,9 @@ fn stats_job_document() {
 
 #[test]
 fn counts_past_a_byte_are_kept_whole() {
-    // A record keeps each count in a byte until one reaches 255; past it
-    // every count moves to the table's side map and goes on counting.
+    // A record keeps each count in a few bits until one reaches its
+    // field's top (255 reserves, 7 of the others); past it every count
+    // moves to the table's side map and goes on counting.
     let mut e = engine_with(true);
     let c = e.connect();
     let id = put_ready(&mut e, c, 0, 0);
@@ -1385,14 +1387,16 @@ fn job_table_against_a_hash_map(reserved: usize) {
         rng = lcg(rng);
         if rng >> 62 != 0 || live.is_empty() {
             let body = table_body(next_id);
-            let slot = table.insert(Job::new(next_id, 0, 1, 0, 0, 0), &body);
+            let profile = table_profile(next_id);
+            let slot = table.insert(next_id, 0, profile, 0, &body);
             model.insert(next_id, slot);
             live.push(next_id);
             next_id += 1;
         } else {
             let id = live.swap_remove((rng >> 20) as usize % live.len());
             let slot = model.remove(&id).unwrap();
-            assert_eq!(table.remove(slot).id, id);
+            assert_eq!(table.profile(slot), table_profile(id));
+            assert_eq!(table.remove(slot), (id, table_profile(id).tube));
         }
         // Any id, live or gone, also while the index is growing (it grows
         // a few slots per call).
@@ -1403,7 +1407,19 @@ fn job_table_against_a_hash_map(reserved: usize) {
         assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
         if let Some(slot) = table.find(id) {
             assert_eq!(table.body(slot), &table_body(id)[..], "body of {id}");
+            assert_eq!(table.body_len(slot), table_body(id).len());
+            assert_eq!(table.profile(slot), table_profile(id), "profile of {id}");
         }
+    }
+}
+
+/// A profile for job `id`: hundreds of them, so unused ones are dropped
+/// and made again (`profile.rs`) while others stay in use.
+fn table_profile(id: JobId) -> Profile {
+    Profile {
+        tube: (id % 3) as u32,
+        ttr: 1 + (id % 2) as u32,
+        delay: (id % 97) as u32,
     }
 }
 
@@ -1431,9 +1447,13 @@ fn heaps_match_a_sorted_model() {
         // Grow for the first half, then shrink to nothing.
         let grow = (rng >> 20) % 8 < if round < 30_000 { 5 } else { 2 };
         if grow {
-            let mut job = Job::new(next_id, key as u32, 1, 0, 0, 0);
-            job.deadline = key;
-            let slot = table.insert(job, b"");
+            let profile = Profile {
+                tube: 0,
+                ttr: 1,
+                delay: 0,
+            };
+            let slot = table.insert(next_id, key as u32, profile, 0, b"");
+            table[slot].deadline = key;
             if which {
                 ready.push(slot, &mut table);
                 ready_model.insert((key as u32, next_id, slot));
@@ -1446,7 +1466,7 @@ fn heaps_match_a_sorted_model() {
             let &(pri, id, slot) = ready_model.iter().nth(pick % ready_model.len()).unwrap();
             ready.remove(slot, &mut table);
             ready_model.remove(&(pri, id, slot));
-            assert_eq!(table.remove(slot).id, id);
+            assert_eq!(table.remove(slot).0, id);
         } else if !which && !delayed_model.is_empty() {
             // Mostly the top, as ticks take them.
             let n = if pick % 2 == 0 {
@@ -1457,7 +1477,7 @@ fn heaps_match_a_sorted_model() {
             let &(at, id, slot) = delayed_model.iter().nth(n).unwrap();
             delayed.remove(slot, &mut table);
             delayed_model.remove(&(at, id, slot));
-            assert_eq!(table.remove(slot).id, id);
+            assert_eq!(table.remove(slot).0, id);
         }
         assert_eq!(ready.len(), ready_model.len());
         assert_eq!(delayed.len(), delayed_model.len());

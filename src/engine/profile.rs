@@ -49,7 +49,7 @@ impl ProfileId {
     }
 }
 
-struct Entry {
+struct Interned {
     profile: Profile,
     /// Jobs that use it.
     jobs: u32,
@@ -60,7 +60,7 @@ struct Entry {
 #[derive(Default)]
 pub(super) struct Profiles {
     /// By index; a dropped profile's entry is in `free`.
-    entries: Vec<Entry>,
+    entries: Vec<Interned>,
     free: Vec<usize>,
     ids: HashMap<Profile, ProfileId>,
     /// Profiles whose job count reached zero, oldest first.
@@ -120,7 +120,7 @@ impl Profiles {
     }
 
     fn make(&mut self, profile: Profile) -> ProfileId {
-        let entry = Entry {
+        let entry = Interned {
             profile,
             jobs: 0,
             queued: false,

@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench bridge -- [--keys 100000] [--min-ttl 10] [--max-ttl 20]
 //!                               [--memory] [--embedded] [--workers 4] [--grace 30]
-//!                               [--consumer-batch N]
+//!                               [--consumer-batch N] [--consume-after]
 //!                               [--sprout PATH] [--precheck-ms MS] [--scan-interval SECS]
 //! cargo bench --bench bridge -- --recognise [--keys 100000] [--scan-interval 10]
 //! ```
@@ -22,7 +22,10 @@
 //! `--consumer-batch N` it takes up to N at once (`reserve-batch N`, the
 //! deletes in one `delete-batch`), blocking in `reserve-with-timeout` only
 //! when none is ready: consumers that cost the server less, to tell the
-//! bridge's CPU from theirs. A key that has not
+//! bridge's CPU from theirs. With `--consume-after` the workers start only
+//! once every key has been delivered (the delivery tube's `total-jobs`
+//! reaches N): the CPU per expiry is then firing alone, with no consumer
+//! served meanwhile, and only `fired_at_ms` says how late. A key that has not
 //! arrived `--grace` seconds after the last deadline counts as lost.
 //!
 //! Redis's notifications are taken twice: from the Redis the bridge
@@ -74,6 +77,7 @@ struct Args {
     embedded: bool,
     workers: usize,
     consumer_batch: u32,
+    consume_after: bool,
     grace_ms: i64,
     sprout: PathBuf,
     recognise: bool,
@@ -90,6 +94,7 @@ fn args() -> Args {
         embedded: false,
         workers: 4,
         consumer_batch: 1,
+        consume_after: false,
         grace_ms: 30_000,
         sprout: PathBuf::from(env!("CARGO_BIN_EXE_sprout")),
         recognise: false,
@@ -117,6 +122,7 @@ fn args() -> Args {
                     .filter(|n| (1..=1000).contains(n))
                     .expect("--consumer-batch 1..1000")
             }
+            "--consume-after" => a.consume_after = true,
             "--sprout" => a.sprout = PathBuf::from(it.next().expect("--sprout PATH")),
             "--recognise" => a.recognise = true,
             "--precheck-ms" | "--scan-interval" => {
@@ -386,8 +392,8 @@ async fn set_keys(conn: &mut redis::aio::MultiplexedConnection, deadlines: &[i64
     }
 }
 
-async fn tube_stat(c: &mut Client<tokio::net::TcpStream>, stat: &str) -> u64 {
-    let tube = sprout_protocol::TubeName::new(TIMER_TUBE.as_bytes()).expect("tube");
+async fn tube_stat(c: &mut Client<tokio::net::TcpStream>, tube: &str, stat: &str) -> u64 {
+    let tube = sprout_protocol::TubeName::new(tube.as_bytes()).expect("tube");
     match c.stats(&Bs::StatsTube(tube)).await {
         Ok(s) => s.get(stat).and_then(|v| v.parse().ok()).unwrap_or(0),
         Err(_) => 0,
@@ -524,17 +530,23 @@ fn run(a: &Args, dir: &Path) {
             tokio::spawn(subscriber(url.clone(), arrivals.clone(), ready_tx));
             ready_rx.await.expect("subscribed");
         }
-        let workers: Vec<_> = (0..a.workers)
-            .map(|_| {
-                tokio::spawn(worker(
-                    server_port,
-                    a.consumer_batch,
-                    bridge_arr.clone(),
-                    fired_arr.clone(),
-                    done.clone(),
-                ))
-            })
-            .collect();
+        let start_workers = || -> Vec<_> {
+            (0..a.workers)
+                .map(|_| {
+                    tokio::spawn(worker(
+                        server_port,
+                        a.consumer_batch,
+                        bridge_arr.clone(),
+                        fired_arr.clone(),
+                        done.clone(),
+                    ))
+                })
+                .collect()
+        };
+        let mut workers = match a.consume_after {
+            true => Vec::new(),
+            false => start_workers(),
+        };
 
         // The keys, pipelined.
         let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
@@ -572,7 +584,7 @@ fn run(a: &Args, dir: &Path) {
         let mut rss_armed = 0;
         let mut cpu_armed = cpu_start;
         while now_ms() < last_deadline + a.grace_ms {
-            if tube_stat(&mut stats, "total-jobs").await >= n as u64 {
+            if tube_stat(&mut stats, TIMER_TUBE, "total-jobs").await >= n as u64 {
                 registered = Some(started.elapsed().as_secs_f64());
                 rss_armed = rss_kib(bridge_pid);
                 cpu_armed = pids.map(cpu_secs);
@@ -592,6 +604,17 @@ fn run(a: &Args, dir: &Path) {
             _ => None,
         };
 
+        // `--consume-after`: firing alone, until every key is delivered.
+        let mut cpu_fired = None;
+        if a.consume_after {
+            while now_ms() < last_deadline + a.grace_ms
+                && tube_stat(&mut stats, TUBE, "total-jobs").await < n as u64
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            cpu_fired = Some(pids.map(cpu_secs));
+            workers = start_workers();
+        }
         // Deliveries and notifications.
         while now_ms() < last_deadline + a.grace_ms
             && [&bridge_arr, &redis_arr, &control_arr]
@@ -638,11 +661,15 @@ fn run(a: &Args, dir: &Path) {
         };
         println!(
             "bridge benchmark: {n} keys, deadlines {}..{} s, sprout {server}, \
-             {} workers taking {} at a time",
+             {} workers taking {} at a time{}",
             a.min_ttl_ms as f64 / 1e3,
             a.max_ttl_ms as f64 / 1e3,
             a.workers,
-            a.consumer_batch
+            a.consumer_batch,
+            match a.consume_after {
+                true => ", started once every key is delivered",
+                false => "",
+            }
         );
         println!(
             "  SET pipeline: {:.2} s ({:.0} keys/s)",
@@ -687,9 +714,19 @@ fn run(a: &Args, dir: &Path) {
             );
         };
         cpu_line("while arming:", &cpu_start, &cpu_armed);
-        cpu_line("after:", &cpu_armed, &cpu_end);
+        let fired_end = match cpu_fired {
+            Some(fired) => {
+                cpu_line("firing alone:", &cpu_armed, &fired);
+                cpu_line("consuming after:", &fired, &cpu_end);
+                fired
+            }
+            None => {
+                cpu_line("after:", &cpu_armed, &cpu_end);
+                cpu_end
+            }
+        };
         // Per expiry, while firing: the issue's figure (bridge + server).
-        let us = |i: usize| (cpu_end[i] - cpu_armed[i]) * 1e6 / n as f64;
+        let us = |i: usize| (fired_end[i] - cpu_armed[i]) * 1e6 / n as f64;
         let ours = match a.embedded {
             true => format!("sprout + bridge {:.1}", us(1)),
             false => format!(
@@ -866,7 +903,7 @@ async fn delete_keys(conn: &mut redis::aio::MultiplexedConnection, n: usize) {
 /// Waits until the timer tube holds `n` delayed timers.
 async fn wait_delayed(stats: &mut Client<tokio::net::TcpStream>, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(600);
-    while tube_stat(stats, "current-jobs-delayed").await != n {
+    while tube_stat(stats, TIMER_TUBE, "current-jobs-delayed").await != n {
         assert!(Instant::now() < deadline, "{n} delayed timers: timed out");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

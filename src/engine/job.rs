@@ -141,7 +141,7 @@ mod tests {
     fn the_word_s_fields_are_independent() {
         let mut profiles = crate::engine::profile::Profiles::default();
         let profile = profiles.acquire(crate::engine::profile::Profile {
-            tube: 0,
+            tube: crate::engine::tube_ix::DEFAULT_TUBE,
             ttr: 1,
             delay: 0,
         });

@@ -19,6 +19,7 @@ use sprout_protocol::{JobId, Tags, TubeName};
 use super::counts::Counts;
 use super::job::{Job, State};
 use super::profile::Profile;
+use super::tube_ix::TubeIx;
 use super::Time;
 
 /// A job's state as stored.
@@ -100,7 +101,7 @@ impl JobImage {
     }
 
     /// The profile of the job this image describes, in tube `t`.
-    pub(super) fn profile(&self, t: u32) -> Profile {
+    pub(super) fn profile(&self, t: TubeIx) -> Profile {
         Profile {
             tube: t,
             ttr: self.ttr,

@@ -12,7 +12,7 @@ use sprout_protocol::{JobId, TubeName};
 
 use super::heap::HeapEntry;
 use super::histogram::Latency;
-use super::job::{Job, State};
+use super::job::{JobRow, State};
 use super::stats;
 use super::stats::BinlogStats;
 use super::table::JobSlot;
@@ -236,7 +236,7 @@ impl Engine {
     }
 
     fn info(&self, slot: JobSlot, cursor: Cursor) -> JobInfo {
-        let job: &Job = &self.jobs[slot];
+        let job: &JobRow = &self.jobs[slot];
         let profile = self.jobs.profile(slot);
         let counts = self.jobs.counts(slot);
         let time_left = match job.state() {

@@ -24,7 +24,7 @@
 //! - When a removal brings a new entry to the top, its record is
 //!   prefetched: that is the job the next `reserve` or promotion reads.
 
-use super::job::Job;
+use super::job::JobRow;
 use super::table::{JobSlot, JobTable};
 
 /// Children per node.
@@ -32,7 +32,7 @@ const ARITY: usize = 4;
 
 /// A heap entry: a job's slot and a copy of its order key.
 pub(super) trait HeapEntry: Copy + PartialEq {
-    fn of(job: &Job, slot: JobSlot) -> Self;
+    fn of(job: &JobRow, slot: JobSlot) -> Self;
     fn slot(self) -> JobSlot;
     /// Whether `self` comes before `other` (entries are never equal).
     fn less(self, other: Self, jobs: &JobTable) -> bool;
@@ -56,7 +56,7 @@ impl ByPriority {
 }
 
 impl HeapEntry for ByPriority {
-    fn of(job: &Job, slot: JobSlot) -> Self {
+    fn of(job: &JobRow, slot: JobSlot) -> Self {
         ByPriority {
             id: job.id,
             pri: job.pri,
@@ -86,7 +86,7 @@ pub(super) struct ByDeadline {
 }
 
 impl HeapEntry for ByDeadline {
-    fn of(job: &Job, slot: JobSlot) -> Self {
+    fn of(job: &JobRow, slot: JobSlot) -> Self {
         ByDeadline {
             deadline: job.deadline,
             slot,

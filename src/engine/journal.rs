@@ -17,7 +17,7 @@ use bytes::Bytes;
 use sprout_protocol::{JobId, Tags, TubeName};
 
 use super::counts::Counts;
-use super::job::{Job, State};
+use super::job::{JobRow, State};
 use super::profile::Profile;
 use super::tube_ix::TubeIx;
 use super::Time;
@@ -70,7 +70,7 @@ pub enum Record {
 
 impl JobImage {
     pub(super) fn of(
-        job: &Job,
+        job: &JobRow,
         profile: Profile,
         counts: Counts,
         body: Bytes,

@@ -35,7 +35,7 @@ pub(super) struct Profile {
     pub(super) delay: u32,
 }
 
-/// A profile's place in [`Profiles`] (plus one: `Option<Job>` needs no
+/// A profile's place in [`Profiles`] (plus one: `Option<JobRow>` needs no
 /// byte of its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct ProfileId(NonZeroU32);

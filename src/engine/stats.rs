@@ -15,7 +15,7 @@ use sprout_protocol::{Op, Tags, TubeName};
 
 use super::counts::Counts;
 use super::host::{self, Host};
-use super::job::{Job, State};
+use super::job::{JobRow, State};
 use super::profile::Profile;
 use super::tube::Tube;
 use super::{EngineConfig, Time};
@@ -23,7 +23,7 @@ use super::{EngineConfig, Time};
 const SECOND: Time = 1_000_000;
 
 /// Server-wide counters. Per-tube counters live in [`Tube`], per-job ones
-/// in [`Job`].
+/// in [`JobRow`].
 #[derive(Default)]
 pub(super) struct Stats {
     ops: [u64; Op::ALL.len()],
@@ -195,7 +195,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
 /// only, its tags under tuber's key names (an untagged job's document
 /// stays byte for byte beanstalkd's; tuber lists the tag keys empty).
 pub(super) fn job(
-    job: &Job,
+    job: &JobRow,
     profile: Profile,
     counts: Counts,
     tube: &TubeName,

@@ -4,7 +4,7 @@
 //! Records live in a slab (`Vec`, freed slots reused), and an open-addressing
 //! index maps ids to slots. The index stores only the 4-byte slot and reads
 //! the id back from the record, so it costs about 8 bytes per job at its
-//! worst load, where a `HashMap<JobId, Job>` would pay a whole record for
+//! worst load, where a `HashMap<JobId, JobRow>` would pay a whole record for
 //! each empty bucket. Ids are sequential, and Fibonacci hashing spreads them
 //! evenly, so probes stay short. Queues refer to jobs by slot, which stays
 //! put for the job's whole life.
@@ -46,7 +46,7 @@ use sprout_protocol::JobId;
 
 use super::bodies::Bodies;
 use super::counts::{Counter, Counts, Packed};
-use super::job::Job;
+use super::job::JobRow;
 use super::profile::{Profile, Profiles};
 use super::tube_ix::TubeIx;
 use super::Time;
@@ -83,11 +83,11 @@ impl JobSlot {
     }
 }
 
-type Slab = Vec<Option<Job>>;
+type Slab = Vec<Option<JobRow>>;
 
 // The record's size is what a held job costs beside its body; keep it so.
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<Option<Job>>() == 40);
+const _: () = assert!(std::mem::size_of::<Option<JobRow>>() == 40);
 
 pub(super) struct JobTable {
     slab: Slab,
@@ -183,7 +183,7 @@ impl IdIndex {
     }
 }
 
-fn record(slab: &Slab, slot: JobSlot) -> &Job {
+fn record(slab: &Slab, slot: JobSlot) -> &JobRow {
     slab[slot.at()].as_ref().expect("live job slot")
 }
 
@@ -243,7 +243,7 @@ impl JobTable {
         if self.index.overfull(self.len + 1) {
             self.grow();
         }
-        let mut job = Job::new(id, pri, self.profiles.acquire(profile), created);
+        let mut job = JobRow::new(id, pri, self.profiles.acquire(profile), created);
         job.set_body(self.bodies.put(body));
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -385,8 +385,8 @@ impl JobTable {
         #[cfg(target_arch = "x86_64")]
         if let Some(record) = self.slab.get(slot.at()) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let first = (record as *const Option<Job>).cast::<i8>();
-            let last = first.wrapping_add(std::mem::size_of::<Option<Job>>() - 1);
+            let first = (record as *const Option<JobRow>).cast::<i8>();
+            let last = first.wrapping_add(std::mem::size_of::<Option<JobRow>>() - 1);
             // SAFETY: a prefetch never faults and has no architectural
             // effect; both addresses lie within `record` anyway.
             unsafe {
@@ -431,15 +431,15 @@ impl JobTable {
 }
 
 impl Index<JobSlot> for JobTable {
-    type Output = Job;
+    type Output = JobRow;
 
-    fn index(&self, slot: JobSlot) -> &Job {
+    fn index(&self, slot: JobSlot) -> &JobRow {
         self.slab[slot.at()].as_ref().expect("live job slot")
     }
 }
 
 impl IndexMut<JobSlot> for JobTable {
-    fn index_mut(&mut self, slot: JobSlot) -> &mut Job {
+    fn index_mut(&mut self, slot: JobSlot) -> &mut JobRow {
         self.slab[slot.at()].as_mut().expect("live job slot")
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response as R, TubeName};
 
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
-use super::job::Job;
+use super::job::JobRow;
 use super::profile::Profile;
 use super::table::{JobSlot, JobTable};
 use super::tube_ix::{TubeIx, DEFAULT_TUBE};
@@ -1355,9 +1355,9 @@ fn every_command_counts_once() {
 #[test]
 fn job_record_is_compact() {
     assert!(
-        std::mem::size_of::<Option<Job>>() <= 96,
+        std::mem::size_of::<Option<JobRow>>() <= 96,
         "{}",
-        std::mem::size_of::<Job>()
+        std::mem::size_of::<JobRow>()
     );
 }
 

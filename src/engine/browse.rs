@@ -10,11 +10,12 @@
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
 
+use crate::binlog_stats::BinlogStats;
+
 use super::heap::HeapEntry;
 use super::histogram::Latency;
 use super::job::{JobRow, State};
 use super::stats;
-use super::stats::BinlogStats;
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
 use super::{Engine, Time};

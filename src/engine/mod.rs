@@ -20,6 +20,8 @@
 use rustc_hash::FxHashMap;
 use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URGENT_THRESHOLD};
 
+use crate::binlog_stats::BinlogStats;
+
 mod admin;
 #[cfg(test)]
 mod admin_tests;
@@ -61,8 +63,8 @@ use host::Host;
 pub use job::State;
 pub use journal::{Extras, JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
+pub use stats::ClusterStats;
 use stats::Stats;
-pub use stats::{BinlogStats, ClusterStats, SyncTimes, SYNC_BOUNDS_MICROS};
 use table::{JobSlot, JobTable};
 use timers::{TimerKey, Timers};
 use tube::Tubes;

@@ -12,8 +12,10 @@
 //! Bottom up; every import points down the list.
 //! * Leaves: the `protocol/` crate (`sprout_protocol`: commands and
 //!   answers, the codec, the exact beanstalkd errors for bad input),
-//!   `alarm` (what wakes the timer thread early), `percent` (URL encoding), [`service`] (systemd
-//!   readiness and socket activation), [`user`] (`-u`).
+//!   `alarm` (what wakes the timer thread early), `binlog_stats` (the
+//!   store's counters, which the engine's `stats` and `/metrics` read),
+//!   `percent` (URL encoding), [`service`] (systemd readiness and socket
+//!   activation), [`user`] (`-u`).
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
 //!   No sockets, no threads, no clock reads; table-tested with explicit
@@ -99,6 +101,7 @@
 
 pub mod admin;
 mod alarm;
+mod binlog_stats;
 pub mod bridge;
 pub mod cli;
 pub mod client;

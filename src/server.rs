@@ -17,10 +17,11 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::Instrument;
 
+use crate::binlog_stats::BinlogStats;
 use crate::cli::Args;
 use crate::cluster;
 use crate::connection;
-use crate::engine::{BinlogStats, Clock, Engine, EngineConfig, JobImage};
+use crate::engine::{Clock, Engine, EngineConfig, JobImage};
 use crate::http;
 use crate::service;
 use crate::shared::Shared;

@@ -22,6 +22,8 @@ use sprout_protocol::{JobId, Response, TubeName};
 
 use super::job::State;
 use super::profile::Profile;
+use super::table::JobSlot;
+use super::tube_ix::TubeIx;
 use super::{Change, Engine, Time};
 
 /// Why an admin change was refused.
@@ -219,7 +221,7 @@ impl Engine {
         name: &TubeName,
         state: State,
         now: Time,
-    ) -> Result<Option<u32>, AdminError> {
+    ) -> Result<Option<TubeIx>, AdminError> {
         self.tick(now);
         if state == State::Reserved {
             return Err(AdminError::Reserved);
@@ -228,7 +230,7 @@ impl Engine {
     }
 
     /// How many jobs tube `t` holds in `state`.
-    fn count_in(&self, t: u32, state: State) -> usize {
+    fn count_in(&self, t: TubeIx, state: State) -> usize {
         let tube = &self.tubes[t];
         match state {
             State::Ready => tube.ready.len(),
@@ -239,7 +241,7 @@ impl Engine {
     }
 
     /// The first job of tube `t` in `state`, in that state's order.
-    fn first_in(&self, t: u32, state: State) -> Option<u32> {
+    fn first_in(&self, t: TubeIx, state: State) -> Option<JobSlot> {
         let tube = &self.tubes[t];
         match state {
             State::Ready => tube.ready.peek().map(|e| e.slot),

@@ -10,6 +10,8 @@
 
 use sprout_protocol::{Command, JobId, Response, TubeName, MAX_BATCH};
 
+use super::table::JobSlot;
+use super::tube_ix::TubeIx;
 use super::{commands, ConnId, Engine, Outcome};
 
 /// Jobs a `flush-tube` step deletes under one hold of the lock: about a
@@ -96,7 +98,7 @@ pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcom
         if e.tubes[t].reserved == 0 {
             break;
         }
-        let held: Vec<(ConnId, u32)> = e
+        let held: Vec<(ConnId, JobSlot)> = e
             .conns
             .iter()
             .flat_map(|(&c, held)| held.reserved.iter().map(move |&(_, slot)| (c, slot)))
@@ -123,7 +125,7 @@ pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcom
 
 /// Deletes job `slot` of tube `t`, out of every queue: a delete record,
 /// never an `idp:` cooldown.
-fn flush_job(e: &mut Engine, t: u32, slot: u32) {
+fn flush_job(e: &mut Engine, t: TubeIx, slot: JobSlot) {
     if e.jobs[slot].tagged() {
         e.drop_tags(slot);
     }

@@ -10,11 +10,14 @@
 use bytes::Bytes;
 use sprout_protocol::{JobId, TubeName};
 
+use crate::binlog_stats::BinlogStats;
+
 use super::heap::HeapEntry;
 use super::histogram::Latency;
-use super::job::{Job, State};
+use super::job::{JobRow, State};
 use super::stats;
-use super::stats::BinlogStats;
+use super::table::JobSlot;
+use super::tube_ix::TubeIx;
 use super::{Engine, Time};
 
 /// The most jobs one page holds.
@@ -105,7 +108,7 @@ impl Engine {
         Some(self.figures_of(t))
     }
 
-    fn figures_of(&self, t: u32) -> TubeFigures {
+    fn figures_of(&self, t: TubeIx) -> TubeFigures {
         let tube = &self.tubes[t];
         let oldest = tube.ready.entries().iter().min_by_key(|e| e.id);
         TubeFigures {
@@ -187,11 +190,11 @@ impl Engine {
     /// cursors, in order.
     pub(super) fn ordered_slots(
         &self,
-        t: u32,
+        t: TubeIx,
         state: State,
         after: Option<Cursor>,
         n: usize,
-    ) -> Vec<(Cursor, u32)> {
+    ) -> Vec<(Cursor, JobSlot)> {
         let tube = &self.tubes[t];
         let after_pair = after.map(|Cursor(a, b)| (a, b));
         match state {
@@ -202,7 +205,7 @@ impl Engine {
             State::Buried => {
                 let from = after.map_or(0, |Cursor(seq, _)| seq.saturating_add(1));
                 tube.buried
-                    .range((from, 0)..)
+                    .range((from, JobSlot::FIRST)..)
                     .take(n)
                     .map(|&(seq, slot)| (Cursor(seq, self.jobs[slot].id), slot))
                     .collect()
@@ -210,7 +213,7 @@ impl Engine {
             State::Reserved => {
                 // Held jobs are spread over the connections holding them;
                 // there are as many as there are busy workers.
-                let mut held: Vec<(Cursor, u32)> = self
+                let mut held: Vec<(Cursor, JobSlot)> = self
                     .conns
                     .values()
                     .flat_map(|c| c.reserved.iter())
@@ -225,7 +228,7 @@ impl Engine {
         }
     }
 
-    fn cursor_of(&self, slot: u32) -> Cursor {
+    fn cursor_of(&self, slot: JobSlot) -> Cursor {
         let job = &self.jobs[slot];
         match job.state() {
             State::Ready => Cursor(u64::from(job.pri), job.id),
@@ -233,8 +236,8 @@ impl Engine {
         }
     }
 
-    fn info(&self, slot: u32, cursor: Cursor) -> JobInfo {
-        let job: &Job = &self.jobs[slot];
+    fn info(&self, slot: JobSlot, cursor: Cursor) -> JobInfo {
+        let job: &JobRow = &self.jobs[slot];
         let profile = self.jobs.profile(slot);
         let counts = self.jobs.counts(slot);
         let time_left = match job.state() {
@@ -261,7 +264,7 @@ impl Engine {
     }
 }
 
-fn heap_page<E: HeapEntry>(entries: &[E], engine: &Engine) -> Vec<(Cursor, u32)> {
+fn heap_page<E: HeapEntry>(entries: &[E], engine: &Engine) -> Vec<(Cursor, JobSlot)> {
     entries
         .iter()
         .map(|&e| {

@@ -19,7 +19,9 @@ use super::counts::Counter;
 use super::job::State;
 use super::profile::Profile;
 use super::room::Change;
+use super::table::JobSlot;
 use super::timers::TimerKey;
+use super::tube_ix::TubeIx;
 use super::{batch, micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
 
 /// Runs `cmd` for `conn`, a known connection that is not waiting.
@@ -100,7 +102,7 @@ impl Engine {
     /// tube's and server's job counts; a put record.
     pub(super) fn put_in(
         &mut self,
-        t: u32,
+        t: TubeIx,
         pri: u32,
         delay: Duration,
         ttr: Duration,
@@ -112,7 +114,7 @@ impl Engine {
     /// [`Engine::put_in`], with tuber's tags if any (`ext.rs`).
     pub(super) fn put_job(
         &mut self,
-        t: u32,
+        t: TubeIx,
         pri: u32,
         delay: Duration,
         ttr: Duration,
@@ -166,7 +168,7 @@ impl Engine {
     /// sets aside its cooling record (`ext.rs`).
     pub(super) fn put_change(
         &self,
-        t: u32,
+        t: TubeIx,
         body: usize,
         tags: Option<&sprout_protocol::Tags>,
     ) -> Change {
@@ -407,7 +409,7 @@ impl Engine {
     /// there are any (oldest first), else delayed jobs (soonest first).
     /// Also: stops at the first job the store has no room to record;
     /// kicked jobs go to the tube's waiters; `kicks`; update records.
-    pub(super) fn kick(&mut self, t: u32, bound: u32) -> u32 {
+    pub(super) fn kick(&mut self, t: TubeIx, bound: u32) -> u32 {
         let from_buried = !self.tubes[t].buried.is_empty();
         let mut kicked = 0;
         while kicked < bound {
@@ -433,7 +435,7 @@ impl Engine {
 
     /// A buried or delayed job becomes ready (`kick`, `kick-job`, the
     /// admin API's kicks).
-    pub(super) fn kick_job(&mut self, slot: u32) {
+    pub(super) fn kick_job(&mut self, slot: JobSlot) {
         self.take_out(slot);
         self.jobs.bump(slot, Counter::Kicks);
         self.make_ready(slot);
@@ -551,7 +553,7 @@ impl Engine {
     /// serves them; a tube dropped meanwhile disarms it (`drop_tube_ref`);
     /// the tube's `pause`, `pause-time-left` and `cmd-pause-tube`; no
     /// record (a pause does not survive a restart, as in beanstalkd).
-    pub(super) fn pause(&mut self, t: u32, delay: Duration) {
+    pub(super) fn pause(&mut self, t: TubeIx, delay: Duration) {
         let pause = micros(delay).max(1);
         let tube = &mut self.tubes[t];
         tube.pause = pause;

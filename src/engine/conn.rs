@@ -4,19 +4,20 @@
 
 use std::collections::BTreeSet;
 
-use super::tube::DEFAULT_TUBE;
+use super::table::JobSlot;
+use super::tube_ix::{TubeIx, DEFAULT_TUBE};
 use super::Time;
 
 /// How long before a TTR runs out a holder counts as "deadline soon".
 pub(super) const SAFETY_MARGIN: Time = 1_000_000;
 
 pub(super) struct Conn {
-    pub(super) using: u32,
+    pub(super) using: TubeIx,
     /// Watched tubes, in beanstalkd's order (appended; an ignored tube's
     /// place taken by the last one), as `list-tubes-watched` shows them.
-    pub(super) watch: Vec<u32>,
+    pub(super) watch: Vec<TubeIx>,
     /// `(TTR deadline, slot)` of every job this connection holds.
-    pub(super) reserved: BTreeSet<(Time, u32)>,
+    pub(super) reserved: BTreeSet<(Time, JobSlot)>,
     pub(super) wait: Option<Wait>,
     pub(super) producer: bool,
     pub(super) worker: bool,
@@ -53,7 +54,7 @@ impl Conn {
     }
 
     /// The reserved job whose TTR runs out first.
-    pub(super) fn soonest(&self) -> Option<(Time, u32)> {
+    pub(super) fn soonest(&self) -> Option<(Time, JobSlot)> {
         self.reserved.first().copied()
     }
 
@@ -65,7 +66,7 @@ impl Conn {
     }
 
     /// Holds `slot` reserved until `deadline`.
-    pub(super) fn holds(&self, deadline: Time, slot: u32) -> bool {
+    pub(super) fn holds(&self, deadline: Time, slot: JobSlot) -> bool {
         self.reserved.contains(&(deadline, slot))
     }
 

@@ -63,13 +63,15 @@ use super::heap::ByPriority;
 use super::job::State;
 use super::journal::{Extras, JobImage};
 use super::room::Change;
+use super::table::JobSlot;
+use super::tube_ix::TubeIx;
 use super::{ConnId, Engine, Record, Time, MICROS_PER_SECOND};
 
 /// The engine's state for tagged jobs.
 #[derive(Default)]
 pub(super) struct Ext {
     /// By slot: the tags of every tagged job.
-    tags: FxHashMap<u32, Box<Tags>>,
+    tags: FxHashMap<JobSlot, Box<Tags>>,
     /// By tube name, then key: the job holding an `idp:` key.
     keys: FxHashMap<TubeName, FxHashMap<TagName, Key>>,
     /// Keys cooling down, by the moment they are free again.
@@ -94,9 +96,9 @@ pub(super) struct Ext {
 /// A group: its live members, and the `aft:` jobs held until it has none.
 #[derive(Default)]
 struct Group {
-    members: rustc_hash::FxHashSet<u32>,
+    members: rustc_hash::FxHashSet<JobSlot>,
     /// `(slot, id)`: a held job may have left meanwhile (deleted, kicked).
-    waiting: Vec<(u32, JobId)>,
+    waiting: Vec<(JobSlot, JobId)>,
 }
 
 /// An `aft:` job is held as a delayed job due never: it keeps its tube
@@ -118,7 +120,7 @@ impl Engine {
     /// `idp:` key is held, else [`Engine::put_job`] with the tags.
     pub(super) fn put_tagged(
         &mut self,
-        t: u32,
+        t: TubeIx,
         pri: u32,
         delay: std::time::Duration,
         ttr: std::time::Duration,
@@ -136,7 +138,7 @@ impl Engine {
     }
 
     /// The answer to a put whose key `key` is held in tube `t`, if it is.
-    fn deduplicate(&mut self, t: u32, key: &str, pri: u32) -> Option<Response> {
+    fn deduplicate(&mut self, t: TubeIx, key: &str, pri: u32) -> Option<Response> {
         let name = &self.tubes[t].name;
         let held = *self.ext.keys.get(name)?.get(key)?;
         match held {
@@ -172,7 +174,7 @@ impl Engine {
     }
 
     /// Job `slot` takes priority `pri` (a ready job moves in its heap).
-    fn set_pri(&mut self, slot: u32, pri: u32) {
+    fn set_pri(&mut self, slot: JobSlot, pri: u32) {
         if self.jobs[slot].state() == State::Ready {
             self.take_out(slot);
             self.jobs[slot].pri = pri;
@@ -185,7 +187,7 @@ impl Engine {
     /// The new job `slot` carries `tags`: it holds their key, joins its
     /// group. Returns whether an `aft:` group holds it back (its group has
     /// members).
-    pub(super) fn attach(&mut self, slot: u32, tags: Box<Tags>) -> bool {
+    pub(super) fn attach(&mut self, slot: JobSlot, tags: Box<Tags>) -> bool {
         let job = &mut self.jobs[slot];
         job.set_tagged(true);
         let id = job.id;
@@ -211,7 +213,7 @@ impl Engine {
     }
 
     /// Holds the new job `slot` until its `aft:` group has no members.
-    pub(super) fn hold(&mut self, slot: u32) {
+    pub(super) fn hold(&mut self, slot: JobSlot) {
         let group = self.ext.tags[&slot].aft.clone().expect("an aft: job");
         let id = self.jobs[slot].id;
         let g = self.ext.groups.entry(group).or_default();
@@ -220,14 +222,14 @@ impl Engine {
     }
 
     /// Whether job `slot` is an `aft:` job still held.
-    pub(super) fn is_held(&self, slot: u32) -> bool {
+    pub(super) fn is_held(&self, slot: JobSlot) -> bool {
         let job = &self.jobs[slot];
         job.tagged() && job.state() == State::Delayed && job.deadline == HELD
     }
 
     /// Job `slot` leaves its group (deleted): if that was the last member,
     /// the group's held jobs become ready.
-    fn leave_group(&mut self, slot: u32, tags: &Tags) {
+    fn leave_group(&mut self, slot: JobSlot, tags: &Tags) {
         if let Some(name) = &tags.grp {
             let Some(g) = self.ext.groups.get_mut(name) else {
                 return;
@@ -280,7 +282,7 @@ impl Engine {
     /// A restored job held by its `aft:` group (`Stored::Delayed(HELD)`):
     /// counted as waiting; released at the first tick if its group is
     /// empty by then.
-    pub(super) fn restored_held(&mut self, slot: u32) {
+    pub(super) fn restored_held(&mut self, slot: JobSlot) {
         let Some(group) = self.ext.tags.get(&slot).and_then(|t| t.aft.clone()) else {
             return;
         };
@@ -319,7 +321,7 @@ impl Engine {
     }
 
     /// The tags of job `slot` (`None` for an untagged job).
-    pub(super) fn tags_of(&self, slot: u32) -> Option<&Tags> {
+    pub(super) fn tags_of(&self, slot: JobSlot) -> Option<&Tags> {
         match self.jobs[slot].tagged() {
             false => None,
             true => Some(self.ext.tags.get(&slot).expect("a tagged job's tags")),
@@ -327,7 +329,7 @@ impl Engine {
     }
 
     /// The records' extras of job `slot` (`None` for an untagged job).
-    pub(super) fn extras(&self, slot: u32) -> Option<Box<Extras>> {
+    pub(super) fn extras(&self, slot: JobSlot) -> Option<Box<Extras>> {
         let tags = self.tags_of(slot)?;
         Some(Box::new(Extras {
             tags: tags.clone(),
@@ -336,7 +338,7 @@ impl Engine {
     }
 
     /// The bytes job `slot`'s extras add to each of its records.
-    pub(super) fn extras_len(&self, slot: u32) -> usize {
+    pub(super) fn extras_len(&self, slot: JobSlot) -> usize {
         match self.jobs[slot].tagged() {
             false => 0,
             true => Extras {
@@ -364,7 +366,7 @@ impl Engine {
     /// A tagged job is being deleted: its key is freed, or cools down. In
     /// the second case the job's cooling record replaces its delete, and
     /// this returns `true`: the caller journals no delete.
-    pub(super) fn detach(&mut self, slot: u32) -> bool {
+    pub(super) fn detach(&mut self, slot: JobSlot) -> bool {
         let Some(tags) = self.ext.tags.remove(&slot) else {
             return false;
         };
@@ -410,7 +412,7 @@ impl Engine {
     }
 
     /// A job whose put the store lost goes without a trace.
-    pub(super) fn drop_tags(&mut self, slot: u32) {
+    pub(super) fn drop_tags(&mut self, slot: JobSlot) {
         let Some(tags) = self.ext.tags.remove(&slot) else {
             return;
         };
@@ -480,7 +482,7 @@ impl Engine {
     /// heap's top unless its `con:` key is at its limit, then the best
     /// of the others (a scan, as in tuber, only while the top is held back).
     #[inline]
-    pub(super) fn ready_top(&self, t: u32) -> Option<ByPriority> {
+    pub(super) fn ready_top(&self, t: TubeIx) -> Option<ByPriority> {
         let top = self.tubes[t].ready.peek()?;
         if !self.jobs[top.slot].tagged() || !self.con_blocked(top.slot) {
             return Some(top);
@@ -496,7 +498,7 @@ impl Engine {
 
     /// Whether job `slot`'s `con:` key has as many jobs reserved as its
     /// limit allows.
-    pub(super) fn con_blocked(&self, slot: u32) -> bool {
+    pub(super) fn con_blocked(&self, slot: JobSlot) -> bool {
         let Some((key, limit)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) else {
             return false;
         };
@@ -504,14 +506,14 @@ impl Engine {
     }
 
     /// A tagged job `slot` is reserved: its `con:` key counts it.
-    pub(super) fn con_acquire(&mut self, slot: u32) {
+    pub(super) fn con_acquire(&mut self, slot: JobSlot) {
         if let Some((key, _)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) {
             *self.ext.con.entry(key.clone()).or_default() += 1;
         }
     }
 
     /// A tagged job `slot` is no longer reserved.
-    pub(super) fn con_release(&mut self, slot: u32) {
+    pub(super) fn con_release(&mut self, slot: JobSlot) {
         let Some((key, _)) = self.ext.tags.get(&slot).and_then(|t| t.con.as_ref()) else {
             return;
         };
@@ -528,7 +530,7 @@ impl Engine {
     /// with ready jobs (one of them may have been held back).
     pub(super) fn con_serve_waiters(&mut self) {
         self.ext.con_freed = false;
-        let tubes: Vec<u32> = self.tubes.list().to_vec();
+        let tubes: Vec<TubeIx> = self.tubes.list().to_vec();
         for t in tubes {
             let tube = &self.tubes[t];
             if !tube.waiters.is_empty() && !tube.ready.is_empty() {

@@ -24,16 +24,16 @@
 //! - When a removal brings a new entry to the top, its record is
 //!   prefetched: that is the job the next `reserve` or promotion reads.
 
-use super::job::Job;
-use super::table::JobTable;
+use super::job::JobRow;
+use super::table::{JobSlot, JobTable};
 
 /// Children per node.
 const ARITY: usize = 4;
 
 /// A heap entry: a job's slot and a copy of its order key.
 pub(super) trait HeapEntry: Copy + PartialEq {
-    fn of(job: &Job, slot: u32) -> Self;
-    fn slot(self) -> u32;
+    fn of(job: &JobRow, slot: JobSlot) -> Self;
+    fn slot(self) -> JobSlot;
     /// Whether `self` comes before `other` (entries are never equal).
     fn less(self, other: Self, jobs: &JobTable) -> bool;
     /// The order as a pair (for browsing: [`SlotHeap::ordered_after`]).
@@ -45,7 +45,7 @@ pub(super) trait HeapEntry: Copy + PartialEq {
 pub(super) struct ByPriority {
     pub(super) id: u64,
     pub(super) pri: u32,
-    pub(super) slot: u32,
+    pub(super) slot: JobSlot,
 }
 
 impl ByPriority {
@@ -56,7 +56,7 @@ impl ByPriority {
 }
 
 impl HeapEntry for ByPriority {
-    fn of(job: &Job, slot: u32) -> Self {
+    fn of(job: &JobRow, slot: JobSlot) -> Self {
         ByPriority {
             id: job.id,
             pri: job.pri,
@@ -64,7 +64,7 @@ impl HeapEntry for ByPriority {
         }
     }
 
-    fn slot(self) -> u32 {
+    fn slot(self) -> JobSlot {
         self.slot
     }
 
@@ -82,18 +82,18 @@ impl HeapEntry for ByPriority {
 #[repr(C, packed(4))]
 pub(super) struct ByDeadline {
     pub(super) deadline: u64,
-    pub(super) slot: u32,
+    pub(super) slot: JobSlot,
 }
 
 impl HeapEntry for ByDeadline {
-    fn of(job: &Job, slot: u32) -> Self {
+    fn of(job: &JobRow, slot: JobSlot) -> Self {
         ByDeadline {
             deadline: job.deadline,
             slot,
         }
     }
 
-    fn slot(self) -> u32 {
+    fn slot(self) -> JobSlot {
         self.slot
     }
 
@@ -114,7 +114,7 @@ const _: () = assert!(std::mem::size_of::<ByDeadline>() == 12);
 /// Whether the job in slot `a` was put before the one in slot `b`.
 #[cold]
 #[inline(never)]
-fn older(a: u32, b: u32, jobs: &JobTable) -> bool {
+fn older(a: JobSlot, b: JobSlot, jobs: &JobTable) -> bool {
     jobs[a].id < jobs[b].id
 }
 
@@ -144,7 +144,7 @@ impl<E: HeapEntry> SlotHeap<E> {
     }
 
     /// Adds the job in `slot`, keyed as it is now.
-    pub(super) fn push(&mut self, slot: u32, jobs: &mut JobTable) {
+    pub(super) fn push(&mut self, slot: JobSlot, jobs: &mut JobTable) {
         let entry = E::of(&jobs[slot], slot);
         let at = self.entries.len();
         self.entries.push(entry);
@@ -152,7 +152,7 @@ impl<E: HeapEntry> SlotHeap<E> {
     }
 
     /// Takes out `slot`, which must be in this heap.
-    pub(super) fn remove(&mut self, slot: u32, jobs: &mut JobTable) {
+    pub(super) fn remove(&mut self, slot: JobSlot, jobs: &mut JobTable) {
         let at = jobs.heap_pos(slot);
         debug_assert!(self.entries[at] == E::of(&jobs[slot], slot));
         let last = self.entries.pop().expect("heap holds the job");

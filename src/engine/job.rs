@@ -54,7 +54,9 @@ impl State {
     }
 }
 
-pub(super) struct Job {
+/// One job's row in the job table (not `client::Job`, a job as the client
+/// that reserved it sees it).
+pub(super) struct JobRow {
     pub(super) id: JobId,
     /// When the job was put.
     pub(super) created: Time,
@@ -75,10 +77,10 @@ const TAGGED_SHIFT: u32 = STATE_SHIFT + 2;
 const COUNTS_SHIFT: u32 = TAGGED_SHIFT + 1;
 const _: () = assert!(COUNTS_SHIFT + Packed::BITS <= 64);
 
-impl Job {
+impl JobRow {
     /// A ready job with no body, no tags and no counts yet.
-    pub(super) fn new(id: JobId, pri: u32, profile: ProfileId, created: Time) -> Job {
-        let mut job = Job {
+    pub(super) fn new(id: JobId, pri: u32, profile: ProfileId, created: Time) -> JobRow {
+        let mut job = JobRow {
             id,
             created,
             deadline: 0,
@@ -141,11 +143,11 @@ mod tests {
     fn the_word_s_fields_are_independent() {
         let mut profiles = crate::engine::profile::Profiles::default();
         let profile = profiles.acquire(crate::engine::profile::Profile {
-            tube: 0,
+            tube: crate::engine::tube_ix::DEFAULT_TUBE,
             ttr: 1,
             delay: 0,
         });
-        let mut job = Job::new(7, 3, profile, 11);
+        let mut job = JobRow::new(7, 3, profile, 11);
         let mut bodies = crate::engine::bodies::Bodies::new();
         let body = bodies.put(&[1; 5000]);
         let counts = Packed::default()

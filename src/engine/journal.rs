@@ -17,8 +17,9 @@ use bytes::Bytes;
 use sprout_protocol::{JobId, Tags, TubeName};
 
 use super::counts::Counts;
-use super::job::{Job, State};
+use super::job::{JobRow, State};
 use super::profile::Profile;
+use super::tube_ix::TubeIx;
 use super::Time;
 
 /// A job's state as stored.
@@ -69,7 +70,7 @@ pub enum Record {
 
 impl JobImage {
     pub(super) fn of(
-        job: &Job,
+        job: &JobRow,
         profile: Profile,
         counts: Counts,
         body: Bytes,
@@ -100,7 +101,7 @@ impl JobImage {
     }
 
     /// The profile of the job this image describes, in tube `t`.
-    pub(super) fn profile(&self, t: u32) -> Profile {
+    pub(super) fn profile(&self, t: TubeIx) -> Profile {
         Profile {
             tube: t,
             ttr: self.ttr,

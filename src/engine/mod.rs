@@ -20,6 +20,8 @@
 use rustc_hash::FxHashMap;
 use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URGENT_THRESHOLD};
 
+use crate::binlog_stats::BinlogStats;
+
 mod admin;
 #[cfg(test)]
 mod admin_tests;
@@ -47,6 +49,7 @@ mod table;
 mod tests;
 mod timers;
 mod tube;
+mod tube_ix;
 
 pub use admin::AdminError;
 pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
@@ -60,11 +63,12 @@ use host::Host;
 pub use job::State;
 pub use journal::{Extras, JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
+pub use stats::ClusterStats;
 use stats::Stats;
-pub use stats::{BinlogStats, ClusterStats, SyncTimes, SYNC_BOUNDS_MICROS};
-use table::JobTable;
+use table::{JobSlot, JobTable};
 use timers::{TimerKey, Timers};
 use tube::Tubes;
+use tube_ix::TubeIx;
 
 /// A connection, as the engine knows it.
 pub type ConnId = u64;
@@ -403,13 +407,13 @@ impl Engine {
     }
 
     /// The tube `conn` uses.
-    fn used(&self, conn: ConnId) -> u32 {
+    fn used(&self, conn: ConnId) -> TubeIx {
         self.conns[&conn].using
     }
 
     /// Removes a job that is in no queue and held by no one, journaling
     /// its delete; its tube goes if nothing else refers to it.
-    fn discard(&mut self, slot: u32) {
+    fn discard(&mut self, slot: JobSlot) {
         // A job cooling down under an `idp:` TTL writes its cooling record
         // instead (`ext.rs`).
         let cooling = self.jobs[slot].tagged() && self.detach(slot);
@@ -422,14 +426,14 @@ impl Engine {
     }
 
     /// The slot of job `id` if `conn` holds it reserved.
-    fn owned(&self, conn: ConnId, id: JobId) -> Option<u32> {
+    fn owned(&self, conn: ConnId, id: JobId) -> Option<JobSlot> {
         let slot = self.jobs.find(id)?;
         let job = &self.jobs[slot];
         let holds = job.state() == State::Reserved && self.conns[&conn].holds(job.deadline, slot);
         holds.then_some(slot)
     }
 
-    fn found(&self, slot: Option<u32>) -> Response {
+    fn found(&self, slot: Option<JobSlot>) -> Response {
         match slot {
             Some(slot) => Response::Found {
                 id: self.jobs[slot].id,
@@ -439,7 +443,7 @@ impl Engine {
         }
     }
 
-    fn reserved_reply(&self, slot: u32) -> Response {
+    fn reserved_reply(&self, slot: JobSlot) -> Response {
         Response::Reserved {
             id: self.jobs[slot].id,
             body: self.jobs.body_bytes(slot),
@@ -460,7 +464,7 @@ impl Engine {
         }
     }
 
-    fn drop_tube_ref(&mut self, t: u32) {
+    fn drop_tube_ref(&mut self, t: TubeIx) {
         if self.tubes.remove_if_unused(t) {
             self.timers.set(TimerKey::Unpause(t), None);
         }
@@ -472,7 +476,7 @@ impl Engine {
     // `make_reserved`; these keep every queue, counter and timer in step.
 
     /// Takes a ready, delayed or buried job out of its tube's queue.
-    fn take_out(&mut self, slot: u32) {
+    fn take_out(&mut self, slot: JobSlot) {
         let job = &self.jobs[slot];
         let (state, pri, deadline) = (job.state(), job.pri, job.deadline);
         let t = self.jobs.tube(slot);
@@ -500,7 +504,7 @@ impl Engine {
     }
 
     /// Takes a job out of `conn`'s reservations.
-    fn unreserve(&mut self, conn: ConnId, slot: u32) {
+    fn unreserve(&mut self, conn: ConnId, slot: JobSlot) {
         let job = &self.jobs[slot];
         if job.tagged() {
             self.con_release(slot);
@@ -514,7 +518,7 @@ impl Engine {
     }
 
     /// Makes a job ready, or delayed for `delay` µs.
-    fn enqueue(&mut self, slot: u32, delay: Time) {
+    fn enqueue(&mut self, slot: JobSlot, delay: Time) {
         if delay > 0 {
             self.make_delayed(slot, self.now.saturating_add(delay));
         } else {
@@ -523,7 +527,7 @@ impl Engine {
     }
 
     /// Makes a job ready and hands it to a waiter if one is watching.
-    fn make_ready(&mut self, slot: u32) {
+    fn make_ready(&mut self, slot: JobSlot) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Ready);
         // A ready job's deadline is free: it keeps when the job became
@@ -541,7 +545,7 @@ impl Engine {
         self.serve_waiters(t);
     }
 
-    fn make_delayed(&mut self, slot: u32, until: Time) {
+    fn make_delayed(&mut self, slot: JobSlot, until: Time) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Delayed);
         job.deadline = until;
@@ -551,7 +555,7 @@ impl Engine {
         self.arm_delayed(t);
     }
 
-    fn make_buried(&mut self, slot: u32) {
+    fn make_buried(&mut self, slot: JobSlot) {
         let seq = self.next_bury_seq;
         self.next_bury_seq += 1;
         self.jobs.bump(slot, Counter::Buries);
@@ -559,7 +563,7 @@ impl Engine {
     }
 
     /// Buries a job at place `seq` in its tube's bury order.
-    fn bury_at(&mut self, slot: u32, seq: u64) {
+    fn bury_at(&mut self, slot: JobSlot, seq: u64) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Buried);
         job.deadline = seq;
@@ -568,7 +572,7 @@ impl Engine {
     }
 
     /// Holds a restored job reserved for [`DEPARTED`] until `until`.
-    fn hold_departed(&mut self, slot: u32, until: Time) {
+    fn hold_departed(&mut self, slot: JobSlot, until: Time) {
         let job = &mut self.jobs[slot];
         job.set_state(State::Reserved);
         job.deadline = until;
@@ -621,7 +625,7 @@ impl Engine {
 
     /// `conn`'s hold on job `slot` ends as its TTR runs out: ready again,
     /// `timeouts` one more.
-    fn time_out(&mut self, conn: ConnId, slot: u32) {
+    fn time_out(&mut self, conn: ConnId, slot: JobSlot) {
         self.unreserve(conn, slot);
         self.jobs.bump(slot, Counter::Timeouts);
         self.stats.timeouts += 1;
@@ -634,7 +638,7 @@ impl Engine {
         }
     }
 
-    fn make_reserved(&mut self, conn: ConnId, slot: u32) {
+    fn make_reserved(&mut self, conn: ConnId, slot: JobSlot) {
         let t = self.jobs.tube(slot);
         let job = &mut self.jobs[slot];
         let ready_since = (job.state() == State::Ready).then_some(job.deadline);
@@ -667,7 +671,7 @@ impl Engine {
     /// Journals job `slot`'s new state if only a new leader needs it (a
     /// reserve, a touch, a job a closed connection gave back): in cluster
     /// mode (see [`Engine::set_cluster`]), and if there is room.
-    fn record_for_cluster(&mut self, slot: u32) {
+    fn record_for_cluster(&mut self, slot: JobSlot) {
         if self.cluster.is_some() && self.room_to_update(slot) {
             self.record_update(slot);
         }
@@ -675,7 +679,7 @@ impl Engine {
 
     /// The job a reserve by `conn` gets now: the most urgent ready job of
     /// the unpaused tubes it watches (`con:` limits respected, `ready_top`).
-    fn best_ready(&self, conn: ConnId) -> Option<u32> {
+    fn best_ready(&self, conn: ConnId) -> Option<JobSlot> {
         self.conns[&conn]
             .watch
             .iter()
@@ -686,7 +690,7 @@ impl Engine {
     }
 
     /// Starts the TTR of a job `conn` holds (on reserve and on touch).
-    fn start_ttr(&mut self, conn: ConnId, slot: u32) {
+    fn start_ttr(&mut self, conn: ConnId, slot: JobSlot) {
         let ttr = self.jobs.profile(slot).ttr;
         let deadline = self.now.saturating_add(u64::from(ttr) * MICROS_PER_SECOND);
         self.jobs[slot].deadline = deadline;
@@ -695,7 +699,7 @@ impl Engine {
     }
 
     /// Journals a new job `slot`: its put (a no-op unless journaling is on).
-    fn record_put(&mut self, slot: u32) {
+    fn record_put(&mut self, slot: JobSlot) {
         if !self.config.journal {
             return;
         }
@@ -715,7 +719,7 @@ impl Engine {
 
     /// Journals job `slot`'s new state: an update, its whole image again (a
     /// no-op unless journaling is on).
-    fn record_update(&mut self, slot: u32) {
+    fn record_update(&mut self, slot: JobSlot) {
         if !self.config.journal {
             return;
         }
@@ -730,7 +734,7 @@ impl Engine {
     }
 
     /// Job `slot` as its records hold it, tags included.
-    fn image(&self, slot: u32) -> JobImage {
+    fn image(&self, slot: JobSlot) -> JobImage {
         let profile = self.jobs.profile(slot);
         let mut image = JobImage::of(
             &self.jobs[slot],
@@ -744,16 +748,16 @@ impl Engine {
     }
 
     /// Job `slot`'s latest record goes to the current journal file.
-    fn written_to_file(&mut self, slot: u32) {
-        let slot = slot as usize;
-        if self.files.len() <= slot {
-            self.files.resize(slot + 1, 0);
+    fn written_to_file(&mut self, slot: JobSlot) {
+        let at = slot.at();
+        if self.files.len() <= at {
+            self.files.resize(at + 1, 0);
         }
-        self.files[slot] = self.file;
+        self.files[at] = self.file;
     }
 
     /// Whether the store has room to record a new state of job `slot`.
-    fn room_to_update(&self, slot: u32) -> bool {
+    fn room_to_update(&self, slot: JobSlot) -> bool {
         let mut tube = self.tubes[self.jobs.tube(slot)].name.as_bytes().len();
         if self.jobs[slot].tagged() {
             tube += self.extras_len(slot);
@@ -765,11 +769,11 @@ impl Engine {
     /// `file`): the one it was written to, or, once the store has taken
     /// that file in and removed it, the oldest one still kept. 0 without
     /// a journal.
-    fn file_of(&self, slot: u32) -> u64 {
+    fn file_of(&self, slot: JobSlot) -> u64 {
         if !self.config.journal {
             return 0;
         }
-        let written = self.files.get(slot as usize).copied().unwrap_or(0);
+        let written = self.files.get(slot.at()).copied().unwrap_or(0);
         let oldest = self
             .config
             .binlog
@@ -782,7 +786,7 @@ impl Engine {
 
     /// Hands tube `t`'s ready jobs to its waiters, oldest waiter first,
     /// unless the tube is paused.
-    fn serve_waiters(&mut self, t: u32) {
+    fn serve_waiters(&mut self, t: TubeIx) {
         loop {
             let tube = &self.tubes[t];
             if tube.is_paused() {
@@ -817,7 +821,7 @@ impl Engine {
 
     // Timers.
 
-    fn arm_delayed(&mut self, t: u32) {
+    fn arm_delayed(&mut self, t: TubeIx) {
         let at = self.tubes[t].delayed.peek().map(|e| e.deadline);
         self.timers.set(TimerKey::Delayed(t), at);
     }
@@ -828,7 +832,7 @@ impl Engine {
     }
 
     /// Tube `t`'s soonest delayed job is due.
-    fn delay_ended(&mut self, t: u32) {
+    fn delay_ended(&mut self, t: TubeIx) {
         match self.tubes[t].delayed.peek() {
             Some(due) if { due.deadline } <= self.now => {
                 let slot = due.slot;

@@ -20,20 +20,22 @@
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroU32;
 
+use super::tube_ix::TubeIx;
+
 /// Unused profiles kept for reuse.
 const IDLE_KEPT: usize = 64;
 
 /// What jobs put alike share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) struct Profile {
-    pub(super) tube: u32,
+    pub(super) tube: TubeIx,
     /// Seconds, at least 1.
     pub(super) ttr: u32,
     /// Seconds of the delay given by the last `put` or `release`.
     pub(super) delay: u32,
 }
 
-/// A profile's place in [`Profiles`] (plus one: `Option<Job>` needs no
+/// A profile's place in [`Profiles`] (plus one: `Option<JobRow>` needs no
 /// byte of its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct ProfileId(NonZeroU32);
@@ -146,7 +148,7 @@ mod tests {
 
     fn profile(delay: u32) -> Profile {
         Profile {
-            tube: 0,
+            tube: crate::engine::tube_ix::DEFAULT_TUBE,
             ttr: 60,
             delay,
         }

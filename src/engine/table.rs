@@ -4,7 +4,7 @@
 //! Records live in a slab (`Vec`, freed slots reused), and an open-addressing
 //! index maps ids to slots. The index stores only the 4-byte slot and reads
 //! the id back from the record, so it costs about 8 bytes per job at its
-//! worst load, where a `HashMap<JobId, Job>` would pay a whole record for
+//! worst load, where a `HashMap<JobId, JobRow>` would pay a whole record for
 //! each empty bucket. Ids are sequential, and Fibonacci hashing spreads them
 //! evenly, so probes stay short. Queues refer to jobs by slot, which stays
 //! put for the job's whole life.
@@ -46,8 +46,9 @@ use sprout_protocol::JobId;
 
 use super::bodies::Bodies;
 use super::counts::{Counter, Counts, Packed};
-use super::job::Job;
+use super::job::JobRow;
 use super::profile::{Profile, Profiles};
+use super::tube_ix::TubeIx;
 use super::Time;
 
 /// An empty bucket. Buckets hold slot + 1, so a new index is all zeroes:
@@ -66,21 +67,37 @@ const MIGRATE_STEP: u32 = 8;
 /// job's state).
 const MAX_JOBS: usize = (1 << 30) - 1;
 
-type Slab = Vec<Option<Job>>;
+/// Where a job's record sits in the job table's slab: what queues, heaps
+/// and connections hold to refer to a job (it stays put for its life).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(transparent)]
+pub(super) struct JobSlot(u32);
+
+impl JobSlot {
+    /// The lowest slot, where ranges over slot-keyed sets start.
+    pub(super) const FIRST: JobSlot = JobSlot(0);
+
+    /// The slot as an index into arrays kept by slot.
+    pub(super) fn at(self) -> usize {
+        self.0 as usize
+    }
+}
+
+type Slab = Vec<Option<JobRow>>;
 
 // The record's size is what a held job costs beside its body; keep it so.
 #[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<Option<Job>>() == 40);
+const _: () = assert!(std::mem::size_of::<Option<JobRow>>() == 40);
 
 pub(super) struct JobTable {
     slab: Slab,
     bodies: Bodies,
     profiles: Profiles,
     /// By slot: the counts of jobs whose counts outgrew their record's bits.
-    spilled: BTreeMap<u32, Counts>,
+    spilled: BTreeMap<JobSlot, Counts>,
     /// By slot: the job's position in its heap (meaningless for a job in none).
     heap_pos: Vec<u32>,
-    free: Vec<u32>,
+    free: Vec<JobSlot>,
     /// Where ids are found; at most 3/4 full.
     index: IdIndex,
     /// While the index grows, the one it replaced: it still holds the jobs
@@ -111,8 +128,8 @@ impl IdIndex {
     }
 
     /// The slot in `bucket`, which is not empty.
-    fn slot(&self, bucket: usize) -> u32 {
-        self.buckets[bucket] - 1
+    fn slot(&self, bucket: usize) -> JobSlot {
+        JobSlot(self.buckets[bucket] - 1)
     }
 
     /// The bucket holding job `id`.
@@ -130,13 +147,13 @@ impl IdIndex {
         }
     }
 
-    fn place(&mut self, id: JobId, slot: u32) {
+    fn place(&mut self, id: JobId, slot: JobSlot) {
         let mask = self.buckets.len() - 1;
         let mut i = self.home(id);
         while self.buckets[i] != EMPTY {
             i = (i + 1) & mask;
         }
-        self.buckets[i] = slot + 1;
+        self.buckets[i] = slot.0 + 1;
     }
 
     /// Empties `bucket` by backward-shift deletion: later entries of the
@@ -166,8 +183,8 @@ impl IdIndex {
     }
 }
 
-fn record(slab: &Slab, slot: u32) -> &Job {
-    slab[slot as usize].as_ref().expect("live job slot")
+fn record(slab: &Slab, slot: JobSlot) -> &JobRow {
+    slab[slot.at()].as_ref().expect("live job slot")
 }
 
 impl JobTable {
@@ -186,7 +203,7 @@ impl JobTable {
         }
     }
 
-    pub(super) fn find(&self, id: JobId) -> Option<u32> {
+    pub(super) fn find(&self, id: JobId) -> Option<JobSlot> {
         if let Some(bucket) = self.index.find(&self.slab, id) {
             return Some(self.index.slot(bucket));
         }
@@ -222,15 +239,15 @@ impl JobTable {
         profile: Profile,
         created: Time,
         body: &[u8],
-    ) -> u32 {
+    ) -> JobSlot {
         if self.index.overfull(self.len + 1) {
             self.grow();
         }
-        let mut job = Job::new(id, pri, self.profiles.acquire(profile), created);
+        let mut job = JobRow::new(id, pri, self.profiles.acquire(profile), created);
         job.set_body(self.bodies.put(body));
         let slot = match self.free.pop() {
             Some(slot) => {
-                self.slab[slot as usize] = Some(job);
+                self.slab[slot.at()] = Some(job);
                 slot
             }
             None => {
@@ -239,7 +256,7 @@ impl JobTable {
                     .filter(|&s| s != u32::MAX);
                 self.slab.push(Some(job));
                 self.heap_pos.push(0);
-                slot.expect("job table full")
+                JobSlot(slot.expect("job table full"))
             }
         };
         self.index.place(id, slot);
@@ -249,27 +266,27 @@ impl JobTable {
     }
 
     /// The body of the job in `slot`.
-    pub(super) fn body(&self, slot: u32) -> &[u8] {
+    pub(super) fn body(&self, slot: JobSlot) -> &[u8] {
         self.bodies.get(self[slot].body())
     }
 
     /// The length of the body of the job in `slot`.
-    pub(super) fn body_len(&self, slot: u32) -> usize {
+    pub(super) fn body_len(&self, slot: JobSlot) -> usize {
         self.bodies.len(self[slot].body())
     }
 
     /// The tube, TTR and delay of the job in `slot`.
-    pub(super) fn profile(&self, slot: u32) -> Profile {
+    pub(super) fn profile(&self, slot: JobSlot) -> Profile {
         self.profiles.get(self[slot].profile)
     }
 
     /// The tube of the job in `slot`.
-    pub(super) fn tube(&self, slot: u32) -> u32 {
+    pub(super) fn tube(&self, slot: JobSlot) -> TubeIx {
         self.profile(slot).tube
     }
 
     /// Gives the job in `slot` another profile (a new delay, another tube).
-    pub(super) fn set_profile(&mut self, slot: u32, profile: Profile) {
+    pub(super) fn set_profile(&mut self, slot: JobSlot, profile: Profile) {
         let old = self[slot].profile;
         if self.profiles.get(old) == profile {
             return;
@@ -285,12 +302,12 @@ impl JobTable {
     }
 
     /// A copy of the body of the job in `slot`, for a reply or a record.
-    pub(super) fn body_bytes(&self, slot: u32) -> bytes::Bytes {
+    pub(super) fn body_bytes(&self, slot: JobSlot) -> bytes::Bytes {
         bytes::Bytes::copy_from_slice(self.body(slot))
     }
 
     /// The `stats-job` counters of the job in `slot`.
-    pub(super) fn counts(&self, slot: u32) -> Counts {
+    pub(super) fn counts(&self, slot: JobSlot) -> Counts {
         let packed = self[slot].counts();
         if packed.is_spilled() {
             return self.spilled[&slot];
@@ -299,7 +316,7 @@ impl JobTable {
     }
 
     /// Counts one more of `counter` for the job in `slot`.
-    pub(super) fn bump(&mut self, slot: u32, counter: Counter) {
+    pub(super) fn bump(&mut self, slot: JobSlot, counter: Counter) {
         let packed = self[slot].counts();
         match packed.bumped(counter) {
             Some(packed) => self[slot].set_counts(packed),
@@ -311,7 +328,7 @@ impl JobTable {
     }
 
     /// Sets the counters of the job in `slot` (a restored job's).
-    pub(super) fn set_counts(&mut self, slot: u32, counts: Counts) {
+    pub(super) fn set_counts(&mut self, slot: JobSlot, counts: Counts) {
         match counts.pack() {
             Some(packed) => {
                 self.spilled.remove(&slot);
@@ -325,7 +342,7 @@ impl JobTable {
     }
 
     /// Forgets the job in `slot` and its body; hands back its id and tube.
-    pub(super) fn remove(&mut self, slot: u32) -> (JobId, u32) {
+    pub(super) fn remove(&mut self, slot: JobSlot) -> (JobId, TubeIx) {
         let id = self[slot].id;
         let (index, bucket) = match self.index.find(&self.slab, id) {
             Some(bucket) => (&mut self.index, bucket),
@@ -338,7 +355,7 @@ impl JobTable {
         index.remove_at(&self.slab, bucket);
         self.len -= 1;
         self.free.push(slot);
-        let job = self.slab[slot as usize].take().expect("live job slot");
+        let job = self.slab[slot.at()].take().expect("live job slot");
         let tube = self.profiles.get(job.profile).tube;
         self.bodies.free(job.body());
         self.profiles.release(job.profile);
@@ -350,13 +367,13 @@ impl JobTable {
     }
 
     /// Where the job in `slot` sits in its tube's ready or delay heap.
-    pub(super) fn heap_pos(&self, slot: u32) -> usize {
-        self.heap_pos[slot as usize] as usize
+    pub(super) fn heap_pos(&self, slot: JobSlot) -> usize {
+        self.heap_pos[slot.at()] as usize
     }
 
-    pub(super) fn set_heap_pos(&mut self, slot: u32, pos: usize) {
+    pub(super) fn set_heap_pos(&mut self, slot: JobSlot, pos: usize) {
         debug_assert!(pos < MAX_JOBS);
-        self.heap_pos[slot as usize] = pos as u32;
+        self.heap_pos[slot.at()] = pos as u32;
     }
 
     /// Asks the CPU to start loading the record in `slot` (the cache lines
@@ -364,12 +381,12 @@ impl JobTable {
     /// this for a job that has just come to the top, which the next
     /// `reserve` or promotion reads, so that miss overlaps other work. Only
     /// a hint: it changes nothing but timing, and does nothing off x86-64.
-    pub(super) fn prefetch(&self, slot: u32) {
+    pub(super) fn prefetch(&self, slot: JobSlot) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(record) = self.slab.get(slot as usize) {
+        if let Some(record) = self.slab.get(slot.at()) {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let first = (record as *const Option<Job>).cast::<i8>();
-            let last = first.wrapping_add(std::mem::size_of::<Option<Job>>() - 1);
+            let first = (record as *const Option<JobRow>).cast::<i8>();
+            let last = first.wrapping_add(std::mem::size_of::<Option<JobRow>>() - 1);
             // SAFETY: a prefetch never faults and has no architectural
             // effect; both addresses lie within `record` anyway.
             unsafe {
@@ -395,8 +412,8 @@ impl JobTable {
     fn migrate(&mut self, slots: u32) {
         let Some(old) = &mut self.old else { return };
         for _ in 0..slots {
-            let slot = self.moved;
-            let Some(entry) = self.slab.get(slot as usize) else {
+            let slot = JobSlot(self.moved);
+            let Some(entry) = self.slab.get(slot.at()) else {
                 self.old = None;
                 return;
             };
@@ -413,16 +430,16 @@ impl JobTable {
     }
 }
 
-impl Index<u32> for JobTable {
-    type Output = Job;
+impl Index<JobSlot> for JobTable {
+    type Output = JobRow;
 
-    fn index(&self, slot: u32) -> &Job {
-        self.slab[slot as usize].as_ref().expect("live job slot")
+    fn index(&self, slot: JobSlot) -> &JobRow {
+        self.slab[slot.at()].as_ref().expect("live job slot")
     }
 }
 
-impl IndexMut<u32> for JobTable {
-    fn index_mut(&mut self, slot: u32) -> &mut Job {
-        self.slab[slot as usize].as_mut().expect("live job slot")
+impl IndexMut<JobSlot> for JobTable {
+    fn index_mut(&mut self, slot: JobSlot) -> &mut JobRow {
+        self.slab[slot.at()].as_mut().expect("live job slot")
     }
 }

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use sprout_protocol::{Command as C, JobId, Op, ProtocolError, Rejected, Response as R, TubeName};
 
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
-use super::job::Job;
+use super::job::JobRow;
 use super::profile::Profile;
-use super::table::JobTable;
+use super::table::{JobSlot, JobTable};
+use super::tube_ix::{TubeIx, DEFAULT_TUBE};
 use super::{ConnId, Engine, EngineConfig, Outcome, Time};
 
 const S: Time = 1_000_000;
@@ -1354,9 +1355,9 @@ fn every_command_counts_once() {
 #[test]
 fn job_record_is_compact() {
     assert!(
-        std::mem::size_of::<Option<Job>>() <= 96,
+        std::mem::size_of::<Option<JobRow>>() <= 96,
         "{}",
-        std::mem::size_of::<Job>()
+        std::mem::size_of::<JobRow>()
     );
 }
 
@@ -1379,7 +1380,7 @@ fn job_table_matches_a_hash_map() {
 fn job_table_against_a_hash_map(reserved: usize) {
     let mut table = JobTable::new();
     table.reserve(reserved);
-    let mut model: HashMap<JobId, u32> = HashMap::new();
+    let mut model: HashMap<JobId, JobSlot> = HashMap::new();
     let mut live: Vec<JobId> = Vec::new();
     let mut next_id = 1;
     let mut rng = 12345u64;
@@ -1417,7 +1418,7 @@ fn job_table_against_a_hash_map(reserved: usize) {
 /// and made again (`profile.rs`) while others stay in use.
 fn table_profile(id: JobId) -> Profile {
     Profile {
-        tube: (id % 3) as u32,
+        tube: TubeIx::new((id % 3) as usize),
         ttr: 1 + (id % 2) as u32,
         delay: (id % 97) as u32,
     }
@@ -1437,8 +1438,8 @@ fn heaps_match_a_sorted_model() {
     let mut table = JobTable::new();
     let mut ready: SlotHeap<ByPriority> = SlotHeap::new();
     let mut delayed: SlotHeap<ByDeadline> = SlotHeap::new();
-    let mut ready_model: BTreeSet<(u32, JobId, u32)> = BTreeSet::new();
-    let mut delayed_model: BTreeSet<(Time, JobId, u32)> = BTreeSet::new();
+    let mut ready_model: BTreeSet<(u32, JobId, JobSlot)> = BTreeSet::new();
+    let mut delayed_model: BTreeSet<(Time, JobId, JobSlot)> = BTreeSet::new();
     let mut next_id = 1;
     let mut rng = 987_654_321u64;
     for round in 0..60_000 {
@@ -1448,7 +1449,7 @@ fn heaps_match_a_sorted_model() {
         let grow = (rng >> 20) % 8 < if round < 30_000 { 5 } else { 2 };
         if grow {
             let profile = Profile {
-                tube: 0,
+                tube: DEFAULT_TUBE,
                 ttr: 1,
                 delay: 0,
             };

@@ -14,6 +14,7 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
+use super::tube_ix::TubeIx;
 use super::{ConnId, Time};
 
 /// What is due. At equal moments, delayed jobs wake first, then tubes
@@ -21,8 +22,8 @@ use super::{ConnId, Time};
 /// very moment a `reserve-with-timeout` ends is still handed over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(super) enum TimerKey {
-    Delayed(u32),
-    Unpause(u32),
+    Delayed(TubeIx),
+    Unpause(TubeIx),
     Conn(ConnId),
 }
 

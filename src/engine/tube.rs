@@ -15,17 +15,16 @@ use sprout_protocol::TubeName;
 
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::histogram::Latency;
+use super::table::JobSlot;
+use super::tube_ix::{TubeIx, DEFAULT_TUBE};
 use super::{ConnId, Time};
-
-/// The index of the `default` tube, which is never removed.
-pub(super) const DEFAULT_TUBE: u32 = 0;
 
 pub(super) struct Tube {
     pub(super) name: TubeName,
     pub(super) ready: SlotHeap<ByPriority>,
     pub(super) delayed: SlotHeap<ByDeadline>,
     /// `(bury sequence, slot)`: the first entry was buried first.
-    pub(super) buried: BTreeSet<(u64, u32)>,
+    pub(super) buried: BTreeSet<(u64, JobSlot)>,
     /// Waiting connections watching this tube, by wait sequence (oldest first).
     pub(super) waiters: BTreeMap<u64, ConnId>,
     pub(super) reserved: u64,
@@ -82,13 +81,13 @@ impl Tube {
 
 pub(super) struct Tubes {
     slots: Vec<Option<Tube>>,
-    free: Vec<u32>,
+    free: Vec<TubeIx>,
     /// Names come from clients, so this map keeps the standard library's
     /// randomly keyed SipHash, which a flood of crafted colliding names
     /// cannot degrade. Only commands that name a tube look it up.
-    by_name: HashMap<TubeName, u32>,
+    by_name: HashMap<TubeName, TubeIx>,
     /// Every tube, in beanstalkd's order.
-    list: Vec<u32>,
+    list: Vec<TubeIx>,
 }
 
 impl Tubes {
@@ -105,23 +104,23 @@ impl Tubes {
         tubes
     }
 
-    pub(super) fn find(&self, name: &TubeName) -> Option<u32> {
+    pub(super) fn find(&self, name: &TubeName) -> Option<TubeIx> {
         self.by_name.get(name).copied()
     }
 
-    pub(super) fn find_or_make(&mut self, name: &TubeName) -> u32 {
+    pub(super) fn find_or_make(&mut self, name: &TubeName) -> TubeIx {
         if let Some(t) = self.find(name) {
             return t;
         }
         let tube = Tube::new(name.clone(), self.list.len());
         let t = match self.free.pop() {
             Some(t) => {
-                self.slots[t as usize] = Some(tube);
+                self.slots[t.at()] = Some(tube);
                 t
             }
             None => {
                 self.slots.push(Some(tube));
-                (self.slots.len() - 1) as u32
+                TubeIx::new(self.slots.len() - 1)
             }
         };
         self.by_name.insert(name.clone(), t);
@@ -130,11 +129,11 @@ impl Tubes {
     }
 
     /// Drops tube `t` if nothing refers to it any more; says whether it did.
-    pub(super) fn remove_if_unused(&mut self, t: u32) -> bool {
+    pub(super) fn remove_if_unused(&mut self, t: TubeIx) -> bool {
         if t == DEFAULT_TUBE || !self[t].is_unreferenced() {
             return false;
         }
-        let tube = self.slots[t as usize].take().expect("live tube");
+        let tube = self.slots[t.at()].take().expect("live tube");
         self.by_name.remove(&tube.name);
         self.list.swap_remove(tube.list_pos);
         if let Some(&moved) = self.list.get(tube.list_pos) {
@@ -145,21 +144,21 @@ impl Tubes {
     }
 
     /// Every tube, in `list-tubes` order.
-    pub(super) fn list(&self) -> &[u32] {
+    pub(super) fn list(&self) -> &[TubeIx] {
         &self.list
     }
 }
 
-impl Index<u32> for Tubes {
+impl Index<TubeIx> for Tubes {
     type Output = Tube;
 
-    fn index(&self, t: u32) -> &Tube {
-        self.slots[t as usize].as_ref().expect("live tube")
+    fn index(&self, t: TubeIx) -> &Tube {
+        self.slots[t.at()].as_ref().expect("live tube")
     }
 }
 
-impl IndexMut<u32> for Tubes {
-    fn index_mut(&mut self, t: u32) -> &mut Tube {
-        self.slots[t as usize].as_mut().expect("live tube")
+impl IndexMut<TubeIx> for Tubes {
+    fn index_mut(&mut self, t: TubeIx) -> &mut Tube {
+        self.slots[t.at()].as_mut().expect("live tube")
     }
 }

@@ -24,7 +24,8 @@ use prometheus_client::registry::Registry;
 
 use std::sync::atomic::Ordering;
 
-use crate::engine::{BinlogStats, Histogram, TubeFigures, BOUNDS_MICROS, SYNC_BOUNDS_MICROS};
+use crate::binlog_stats::{BinlogStats, SYNC_BOUNDS_MICROS};
+use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
 
 use super::app::{App, Bridge};
 use super::error::ApiError;

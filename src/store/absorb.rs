@@ -50,7 +50,8 @@ use super::page;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
 use super::whole::Marker;
 use super::{pack, segment, Progress, Seq};
-use crate::engine::{BinlogStats, Record};
+use crate::binlog_stats::BinlogStats;
+use crate::engine::Record;
 
 /// What the journal sends the absorber, in journal order.
 pub enum Absorb {

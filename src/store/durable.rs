@@ -28,7 +28,8 @@ pub use super::recover::Restore;
 use super::recover::{self, Recovered};
 use super::whole::Marker;
 use super::{ids, segment, Policy, Progress, Seq, Store};
-use crate::engine::{BinlogStats, Record, Room};
+use crate::binlog_stats::BinlogStats;
+use crate::engine::{Record, Room};
 
 /// The smallest journal file `-s` may ask for.
 pub const MIN_FILE_SIZE: u64 = 64 << 10;

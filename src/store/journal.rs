@@ -57,7 +57,8 @@ use tokio::sync::watch;
 use super::absorb::Absorb;
 use super::bells::{Bell, Wake};
 use super::{ballast, frame, ids, room, segment, Policy, Progress, Seq};
-use crate::engine::{BinlogStats, Record, Room};
+use crate::binlog_stats::BinlogStats;
+use crate::engine::{Record, Room};
 
 /// A journal file in use.
 pub struct Segment {

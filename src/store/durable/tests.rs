@@ -9,7 +9,8 @@ use std::time::Duration;
 use sprout_protocol::TubeName;
 
 use super::{DurableStore, Options, Recovered};
-use crate::engine::{BinlogStats, JobImage, Record, Stored};
+use crate::binlog_stats::BinlogStats;
+use crate::engine::{JobImage, Record, Stored};
 use crate::store::log::SLACK;
 use crate::store::{Policy, Store};
 

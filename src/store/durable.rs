@@ -211,16 +211,9 @@ fn locked(e: &dyn std::fmt::Display) -> bool {
     e.to_string().contains("acquire lock")
 }
 
-/// Drops the `Db` recovery read and opens sled again, for the absorber.
-///
-/// sled 0.34 keeps every node a full scan reads, whatever its
-/// `cache_capacity`: its LRU takes accesses in per-shard batches of 64 (256
-/// shards) and evicts only when a batch fills, so one pass over a few
-/// thousand leaves never evicts anything. Measured at 1M 100-byte jobs
-/// (41k pages of 4 KiB): 160 MB of sled's nodes still in use after
-/// recovery, with a 64 MiB or a 1 MiB cache. Dropping the `Db` frees them;
-/// the second open starts from the snapshot the first one wrote (~40 ms at
-/// 1M jobs).
+/// Drops the `Db` recovery read and opens sled again, for the absorber:
+/// sled 0.34 keeps every node one scan reads, whatever its cache size, and
+/// dropping the `Db` frees them (see docs/durability.md, section 6).
 fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
     drop(db);
     // sled's background threads let go of the directory's lock a little

@@ -103,7 +103,9 @@ impl DurableStore {
             })?;
         // sled keeps every node recovery's scan read (see `reopen_sled`).
         let db = reopen_sled(db, options)?;
-        release_freed();
+        // The nodes freed are ~4 KiB chunks each, below glibc's mmap
+        // threshold: counted in RSS until trimmed.
+        crate::malloc::trim();
         let progress = Arc::new(watch::Sender::new(Progress::default()));
         let (absorb_tx, absorb_rx) = mpsc::channel();
         let start = opened.journal;
@@ -226,17 +228,6 @@ fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
             }
             opened => return opened,
         }
-    }
-}
-
-/// Hands the memory recovery freed back to the kernel: sled's nodes are
-/// ~4 KiB allocations each, below glibc's mmap threshold, so once freed they
-/// stay in the heap, counted in RSS, until `malloc_trim`.
-fn release_freed() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

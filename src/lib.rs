@@ -38,7 +38,8 @@
 //!   their clients to the leader; its map opens `cluster/mod.rs`.
 //! * [`cli`]: beanstalkd's flags and sprout's own. [`server`]: listeners,
 //!   the accept loop, signals, recovery at startup, shutdown. [`admin`]:
-//!   `sprout admin`, a shell client of the HTTP API.
+//!   `sprout admin`, a shell client of the HTTP API. [`malloc`]: glibc's
+//!   allocator kept lean in `sprout bridge` and a server with `-b`.
 //!
 //! # Life of a request
 //!
@@ -109,6 +110,7 @@ pub mod cluster;
 mod connection;
 pub mod engine;
 pub mod http;
+pub mod malloc;
 mod percent;
 pub mod server;
 pub mod service;

@@ -35,7 +35,7 @@ fn main() -> ExitCode {
 
 /// `sprout bridge …`: the Redis TTL bridge as its own process.
 async fn run_bridge(args: &BridgeArgs) -> ExitCode {
-    bridge::allocator::tune();
+    sprout::malloc::tune();
     let config = match bridge::config::Config::from_args(args) {
         Ok(config) => config,
         Err(e) => return fail("bridge", std::io::Error::other(e)),
@@ -52,6 +52,10 @@ async fn run_bridge(args: &BridgeArgs) -> ExitCode {
 }
 
 async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
+    if args.binlog_dir.is_some() && args.cluster.urls.is_none() {
+        // What sled takes in churns the heap (see `malloc`).
+        sprout::malloc::trim_free();
+    }
     if args.max_job_size > sprout_protocol::MAX_JOB_SIZE_LIMIT as u64 {
         tracing::warn!(
             "maximum job size was set to {}",

@@ -17,8 +17,8 @@
 //!   `triggers` (asking for an early reconciliation; it keeps the gaps),
 //!   `body` (the timer and delivery job bodies), `index`
 //!   (the small durable index, a map in memory logged under
-//!   `--state-dir`: key → (expiry, current timer id)), [`allocator`]
-//!   (how `sprout bridge`'s own process uses glibc's allocator).
+//!   `--state-dir`: key → (expiry, current timer id)); `sprout bridge`'s
+//!   own process tunes glibc's allocator ([`crate::malloc`]).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do); `failure` (why a step failed, and the retry); `sentinel` (where
@@ -102,7 +102,6 @@
 //! else `PTTL` bracketed by two clock readings, see `redis_side`), and
 //! decisions compare expiries within the reading's error (`decide`).
 
-pub mod allocator;
 mod body;
 mod clock;
 mod cluster;

@@ -11,25 +11,13 @@
 //! looks at the channel every [`GATHER`] instead of being woken per frame
 //! (waking a thread per command costs more than the command).
 //!
-//! sled is flushed only when that frees something: once every frame of a
-//! journal file the writer has moved past is in sled, sled is flushed and
-//! synced (`fdatasync` of its log, or `syncfs` when it wrote blob files it
-//! never syncs: `blobs.rs`), under every policy, and only then is the file
-//! removed. So sled's costly flush is paid once per journal file, not per
-//! reply, and nothing the journal drops is still needed.
-//!
-//! What "flush" means with sled 0.34 on Linux: `Db::flush` writes sled's
-//! buffers with `pwrite` and calls only `sync_file_range` on them, which
-//! flushes neither the file's metadata (its growing size) nor the drive's
-//! write cache; hence the `fdatasync` after it.
-//!
-//! sled 0.34 does not survive a failed write in-process (after ENOSPC its
-//! next flush never returns). So on a disk with less free space than a
-//! batch needs (with a margin) the absorber waits instead of writing, and
-//! tries again every [`LOW_DISK_RETRY`]; the journal, with room of its own
-//! (`room.rs`), keeps every change meanwhile. Should a sled write fail
-//! anyway, the absorber stops: the journal still keeps everything, no
-//! journal file is removed any more, and a restart takes the journal in.
+//! sled is flushed and synced once per journal file, when the writer has
+//! moved past it and sled holds all of it; only then is the file removed
+//! (why, and what sled 0.34's flush does not sync: see docs/durability.md,
+//! section 5). On a disk with less free space than a batch needs (with a
+//! margin) the absorber waits, trying again every [`LOW_DISK_RETRY`], since
+//! sled does not survive a failed write (same section); should one fail
+//! anyway, the absorber stops writing to sled.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -365,8 +353,8 @@ impl Absorber {
 
     fn make_durable(&mut self) -> io::Result<()> {
         self.db.flush().map_err(io::Error::from)?;
-        // See the module docs: sled's flush alone is not an fsync; nor does
-        // sled ever sync its blob files (see `blobs.rs`).
+        // sled's flush alone is not an fsync, nor does sled ever sync its
+        // blob files (see docs/durability.md, section 5).
         self.blobs.sync(&self.file)?;
         self.flushed = self.state.commit;
         Ok(())

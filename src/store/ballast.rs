@@ -1,10 +1,8 @@
 //! The ballast: disk space held back so sled can open on a full disk.
 //!
-//! sled 0.34 writes when it opens (a snapshot of its page table and a new
-//! log segment: 158 KB and 512 KiB for a store of 1M jobs, measured), and on
-//! a full disk its open fails. Worse, it leaves an empty
-//! `snap.*.generating` file behind, and every later open then fails with
-//! "Read corrupted data", even once there is room again. So sprout keeps a
+//! sled 0.34 writes when it opens, and an open that fails on a full disk
+//! leaves a file behind that breaks every later open (see
+//! docs/durability.md, section 6). So sprout keeps a
 //! file of [`size`] bytes allocated in the journal's directory; before it
 //! opens sled on a disk with less free space than that, it empties the
 //! file, and it removes any leftover `.generating` file (a snapshot sled

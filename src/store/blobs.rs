@@ -1,10 +1,8 @@
 //! sled's blob files, which sled itself never syncs.
 //!
-//! sled 0.34 writes any log message over a quarter of its 512 KiB segment
-//! (a large value, or a tree node holding several) to a file of its own
-//! under `blobs/`, named by its log sequence number, and `write_blob` never
-//! calls fsync. Small jobs never get there (4 KiB pages, at most 17 to a
-//! node), but bodies of tens of KB can. So before a commit counts as
+//! sled 0.34 writes a log message over 128 KiB to a file under `blobs/`,
+//! named by its log sequence number, and never syncs it (see
+//! docs/durability.md, section 5). So before a commit counts as
 //! durable the writer asks whether sled wrote a blob since the last time,
 //! and if so syncs the whole filesystem (`syncfs`), which covers the new
 //! blobs, their directory and sled's log; otherwise `fdatasync` of the log

@@ -103,7 +103,9 @@ impl DurableStore {
             })?;
         // sled keeps every node recovery's scan read (see `reopen_sled`).
         let db = reopen_sled(db, options)?;
-        release_freed();
+        // The nodes freed are ~4 KiB chunks each, below glibc's mmap
+        // threshold: counted in RSS until trimmed.
+        crate::malloc::trim();
         let progress = Arc::new(watch::Sender::new(Progress::default()));
         let (absorb_tx, absorb_rx) = mpsc::channel();
         let start = opened.journal;
@@ -211,16 +213,9 @@ fn locked(e: &dyn std::fmt::Display) -> bool {
     e.to_string().contains("acquire lock")
 }
 
-/// Drops the `Db` recovery read and opens sled again, for the absorber.
-///
-/// sled 0.34 keeps every node a full scan reads, whatever its
-/// `cache_capacity`: its LRU takes accesses in per-shard batches of 64 (256
-/// shards) and evicts only when a batch fills, so one pass over a few
-/// thousand leaves never evicts anything. Measured at 1M 100-byte jobs
-/// (41k pages of 4 KiB): 160 MB of sled's nodes still in use after
-/// recovery, with a 64 MiB or a 1 MiB cache. Dropping the `Db` frees them;
-/// the second open starts from the snapshot the first one wrote (~40 ms at
-/// 1M jobs).
+/// Drops the `Db` recovery read and opens sled again, for the absorber:
+/// sled 0.34 keeps every node one scan reads, whatever its cache size, and
+/// dropping the `Db` frees them (see docs/durability.md, section 6).
 fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
     drop(db);
     // sled's background threads let go of the directory's lock a little
@@ -233,17 +228,6 @@ fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
             }
             opened => return opened,
         }
-    }
-}
-
-/// Hands the memory recovery freed back to the kernel: sled's nodes are
-/// ~4 KiB allocations each, below glibc's mmap threshold, so once freed they
-/// stay in the heap, counted in RSS, until `malloc_trim`.
-fn release_freed() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory to the kernel.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

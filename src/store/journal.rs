@@ -18,11 +18,10 @@
 //! kernel's to write back. The policy only bounds what a power loss or a
 //! kernel crash can take. Job ids survive even that (`ids.rs`).
 //!
-//! Why a journal in front of sled: sled 0.34's `flush` (a `pwrite` and a
-//! waiting `sync_file_range`, plus our `fdatasync`) costs far too much per
-//! group to pay on every reply; one `pwrite` does not. sled keeps the
-//! compacted state, so the disk stays bounded by live data (`log.rs`), and
-//! the journal by the few files sled has not taken in yet.
+//! Why a journal in front of sled: sled's flush costs far too much to pay
+//! per reply, one `pwrite` does not (see docs/durability.md, section 5).
+//! sled keeps the compacted state, so the disk stays bounded by live data
+//! (`log.rs`), and the journal by the few files sled has not taken in yet.
 //!
 //! Who writes: no thread sits between a connection and the disk. A
 //! submission (under the engine's lock, so in engine order) only queues the

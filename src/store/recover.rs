@@ -10,11 +10,10 @@
 //! sled's `c`, which is how the journal continues when sled kept more than
 //! the journal did (a power loss under `-F`).
 //!
-//! Damage is refused, not silently read as a shorter store: sled 0.34 reads
-//! a damaged stretch of its own log as the end of the log and opens without
-//! complaint, so if the journal's oldest frame is past what sled holds plus
-//! one, frames acknowledged before it are gone from both, and the start is
-//! refused (`--salvage` starts with what can be read).
+//! Damage is refused, not silently read as a shorter store (sled opens a
+//! damaged log without complaint: see docs/durability.md, section 6): if
+//! the journal's oldest frame is past what sled holds plus one, the start
+//! is refused (`--salvage` starts with what can be read).
 //!
 //! The jobs go to the engine as they are decoded ([`Restore`]), merged by
 //! id from sled's images and the journal's last word on the jobs it

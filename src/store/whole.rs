@@ -1,14 +1,9 @@
 //! Whether sled holds everything its commit key says it does.
 //!
-//! sled 0.34 keeps its promise across a kill -9: after a restart an atomic
-//! batch is there or it is not, and the key naming the last journal frame
-//! sled holds (`c`) is in the same batch as that frame's pages. It does not
-//! keep it across a failed write: after ENOSPC a restart has been seen to
-//! find `c` and miss pages written before it. Laying every frame the journal
-//! still holds over sled again makes that good, but after a plain crash it
-//! is wasted work, and a large part of a restart: at 1M jobs the journal
-//! held ~120 frames sled already had (most of the store), so recovery
-//! decoded every job twice and sled then rewrote them all.
+//! After a failed write sled 0.34 can keep its commit key `c` and lose
+//! pages written before it; laying every frame the journal still holds
+//! over sled makes that good, but after a plain crash it is a large part
+//! of a restart for nothing (see docs/durability.md, section 6).
 //!
 //! So the file [`MARKER`] in the store's directory says "sled has not
 //! failed a write, nor had the disk nearly full under it, since it was last
@@ -18,9 +13,7 @@
 //! write to sled once the disk runs low, and as soon as a sled write fails
 //! (an unlink and a directory sync, which need no free space); it makes it
 //! again after a flush that leaves sled holding everything recovery laid
-//! over it, while the disk has room and no write has failed. The one case it
-//! misses is a crash in the instant between a failed sled write and the
-//! unlink that follows it.
+//! over it, while the disk has room and no write has failed.
 
 use std::fs::File;
 use std::io;

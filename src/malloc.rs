@@ -10,7 +10,8 @@
 //!   measured at 300k keys, 145 bytes of RSS per key, half of them old
 //!   tables.
 //! * Free heap above [`KEEP_FREE`] is handed back to the kernel, checked
-//!   every [`TRIM_EVERY`]. A burst leaves the heap full of small freed
+//!   every [`TRIM_EVERY`], once RSS has grown by as much since the last
+//!   trim. A burst leaves the heap full of small freed
 //!   chunks that glibc keeps. In the bridge (events, batches, Redis
 //!   replies), measured with 1M keys armed: 130 MB of RSS, 98 MB after one
 //!   `malloc_trim` (the index's own ~89 MB, 94 bytes a key against 129);
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 /// Free heap the allocator may keep for the next burst.
 const KEEP_FREE: usize = 16 << 20;
-/// How often the free heap is looked at (`mallinfo2` and, when over
-/// [`KEEP_FREE`], `malloc_trim`). Every second cost the bridge about 1 s
+/// How often the free heap is looked at (`mallinfo2` and `statm`; a
+/// `malloc_trim` when [`worth_trimming`] says so). Every second cost the bridge about 1 s
 /// of CPU more while firing 1M keys (one run), handing back pages a burst
 /// faults in again at once.
 const TRIM_EVERY: Duration = Duration::from_secs(5);

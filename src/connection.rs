@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio_util::codec::Decoder;
 
 use crate::engine::{ConnId, Outcome};
-use crate::shared::{Letter, Mailbox, Shared};
+use crate::shared::{Letter, Mailbox, Shared, Submission};
 use crate::store::{self, Progress};
 
 /// Requests decoded ahead of execution, at most.
@@ -186,7 +186,7 @@ where
     /// Writes every answer out, once the store has done what each waits for.
     async fn flush(&mut self, shared: &Shared) -> io::Result<()> {
         // 0 without a store, which then has nothing to wait for.
-        let newest = self.answers.iter().map(|&(_, seq)| seq).max().unwrap_or(0);
+        let newest = self.answers.iter().map(|(_, s)| s.seq).max().unwrap_or(0);
         if newest > 0 {
             let id_bound = self
                 .answers
@@ -214,8 +214,8 @@ where
     /// INTERNAL_ERROR. Other answers stand: what they changed (a reserve's
     /// counter) is not something the client was promised would persist.
     fn fail_unstored(&mut self, shared: &Shared, progress: &Progress) {
-        for (response, seq) in &mut self.answers {
-            if *seq == 0 || !progress.failed(*seq) {
+        for (response, submission) in &mut self.answers {
+            if !submission.failed(progress) {
                 continue;
             }
             match response {
@@ -271,7 +271,7 @@ where
             Ok(letter) => letter,
             Err(_) => {
                 state.engine.cancel_wait(self.id);
-                (Response::TimedOut, 0)
+                (Response::TimedOut, Submission::default())
             }
         };
         drop(state);

@@ -18,12 +18,38 @@ use tokio::sync::mpsc;
 
 use crate::alarm::Alarm;
 use crate::engine::{Clock, ConnId, Engine, Time};
-use crate::store::{Seq, Store};
+use crate::store::{Progress, Seq, Store};
 
 /// A late answer for a blocked connection, and the store submission it must
 /// not overtake (under `-f 0`, a job handed over by a put is not announced
 /// before the put is durable).
-pub type Letter = (Response, Seq);
+pub type Letter = (Response, Submission);
+
+/// The store submission an answer waits for ([`Locked::submit`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Submission {
+    /// 0: nothing was ever submitted.
+    pub seq: Seq,
+    /// `seq` holds the command's own records. Only then does the store
+    /// failing it fail the command: an answer that wrote nothing waits
+    /// behind the latest submission for order alone, and stands whatever
+    /// became of it (another client's put that met a full disk, or, on a
+    /// cluster standby, a change the replica made that only a leader may
+    /// write).
+    pub own: bool,
+}
+
+impl Submission {
+    /// Waits behind `seq` without owning it.
+    pub fn behind(seq: Seq) -> Submission {
+        Submission { seq, own: false }
+    }
+
+    /// Whether the store failed what this command wrote.
+    pub fn failed(&self, progress: &Progress) -> bool {
+        self.own && progress.failed(self.seq)
+    }
+}
 
 /// Where a blocked connection receives its late answer.
 pub type Mailbox = mpsc::UnboundedReceiver<Letter>;
@@ -108,7 +134,7 @@ impl Locked<'_> {
     /// hands out may come from a put still on its way to the disk; under
     /// `-f 0` no client may see a job (or a count) a crash could take back.
     /// (0 if nothing was ever submitted.)
-    pub fn submit(&mut self) -> Seq {
+    pub fn submit(&mut self) -> Submission {
         self.submit_naming(None)
     }
 
@@ -117,18 +143,18 @@ impl Locked<'_> {
     /// store can tell where that job's put is, the answer waits for that
     /// put alone, not for everybody's latest change (in cluster mode a
     /// wait costs a round trip to a quorum).
-    pub fn submit_naming(&mut self, job: Option<JobId>) -> Seq {
+    pub fn submit_naming(&mut self, job: Option<JobId>) -> Submission {
         let records = self.guard.engine.take_journal();
         if records.is_empty() {
             let last = self.guard.last_seq;
-            return match job.and_then(|id| self.shared.store.put_of(id)) {
+            return Submission::behind(match job.and_then(|id| self.shared.store.put_of(id)) {
                 Some(put) => put.min(last),
                 None => last,
-            };
+            });
         }
         let seq = self.shared.store.submit(records);
         self.guard.last_seq = seq;
-        seq
+        Submission { seq, own: true }
     }
 }
 
@@ -153,7 +179,7 @@ impl Drop for Locked<'_> {
             // A closed mailbox means the connection is leaving; its
             // disconnect (under this same lock, later) returns the job.
             if let Some(tx) = state.mailboxes.get(&id) {
-                let _ = tx.send((response, state.last_seq));
+                let _ = tx.send((response, Submission::behind(state.last_seq)));
             }
         }
         let next = state.engine.next_deadline().unwrap_or(Time::MAX);

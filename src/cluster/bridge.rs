@@ -82,7 +82,7 @@ pub async fn run<F, Fut>(
 /// bridge index name the timers the cluster holds.
 async fn hand_over(shared: &Shared, config: &Config) -> Result<(), String> {
     let started = Instant::now();
-    let (seq, held, fired, timers) = {
+    let (submission, held, fired, timers) = {
         let now = shared.clock.now();
         let mut state = shared.lock();
         let held = state.engine.departed_in(&config.timer_tube);
@@ -100,12 +100,15 @@ async fn hand_over(shared: &Shared, config: &Config) -> Result<(), String> {
         let timers = state.engine.bodies_in(&config.timer_tube);
         (state.submit(), held.len(), fired.len(), timers)
     };
-    if seq != 0 {
+    // Only what the hand-over wrote can be refused: with no timer held it
+    // wrote nothing, and the latest submission it would wait behind may
+    // be one the replica failed as a standby.
+    if submission.own {
         let mut progress = shared.store.progress();
-        let kept = store::acknowledged(&*shared.store, &mut progress, seq, 0)
+        let kept = store::acknowledged(&*shared.store, &mut progress, submission.seq, 0)
             .await
             .map_err(|e| format!("the store stopped: {e}"))?;
-        if kept.failed(seq) {
+        if submission.failed(&kept) {
             return Err("the stream refused the hand-over of the old leader's timers".into());
         }
     }

@@ -9,8 +9,8 @@ use sprout_protocol::{JobId, TubeName};
 
 use crate::bridge;
 use crate::engine::{AdminError, Engine};
-use crate::shared::Shared;
-use crate::store::{self, Seq};
+use crate::shared::{Shared, Submission};
+use crate::store;
 
 use super::error::ApiError;
 use super::history::History;
@@ -94,8 +94,8 @@ impl App {
         f: impl FnOnce(&mut Engine, u64) -> T,
     ) -> Result<(T, bool), ApiError> {
         let shared = self.server()?;
-        let (value, seq) = apply(shared, f);
-        let failed = !stored(shared, seq, 0).await?;
+        let (value, submission) = apply(shared, f);
+        let failed = !stored(shared, submission, 0).await?;
         Ok((value, failed))
     }
 
@@ -106,34 +106,39 @@ impl App {
         f: impl FnOnce(&mut Engine, u64) -> Result<JobId, AdminError>,
     ) -> Result<(Result<JobId, AdminError>, bool), ApiError> {
         let shared = self.server()?;
-        let (value, seq) = apply(shared, f);
+        let (value, submission) = apply(shared, f);
         let id_bound = value.as_ref().map_or(0, |id| id + 1);
-        let failed = !stored(shared, seq, id_bound).await?;
+        let failed = !stored(shared, submission, id_bound).await?;
         Ok((value, failed))
     }
 }
 
 /// Runs `f` on the engine under the lock, with the time now, and submits
 /// the records it made: what it returned, and the submission to wait for.
-fn apply<T>(shared: &Shared, f: impl FnOnce(&mut Engine, u64) -> T) -> (T, Seq) {
+fn apply<T>(shared: &Shared, f: impl FnOnce(&mut Engine, u64) -> T) -> (T, Submission) {
     let now = shared.clock.now();
     let mut state = shared.lock();
     let value = f(&mut state.engine, now);
     (value, state.submit())
 }
 
-/// Waits until an answer that depends on submission `seq` and names no job
+/// Waits until an answer that depends on `submission` and names no job
 /// id at or above `id_bound` may go out, as a protocol reply does
-/// ([`store::acknowledged`]); false if the store failed to keep it.
-pub async fn stored(shared: &Shared, seq: Seq, id_bound: JobId) -> Result<bool, ApiError> {
-    if seq == 0 {
+/// ([`store::acknowledged`]); false if the store failed to keep what the
+/// change wrote.
+pub async fn stored(
+    shared: &Shared,
+    submission: Submission,
+    id_bound: JobId,
+) -> Result<bool, ApiError> {
+    if submission.seq == 0 {
         return Ok(true);
     }
     let mut progress = shared.store.progress();
-    let progress = store::acknowledged(&*shared.store, &mut progress, seq, id_bound)
+    let progress = store::acknowledged(&*shared.store, &mut progress, submission.seq, id_bound)
         .await
         .map_err(|_| ApiError::unavailable("the store stopped"))?;
-    Ok(!progress.failed(seq))
+    Ok(!submission.failed(&progress))
 }
 
 /// The sizes of the files under `dir`, added up (what `du -b` would say of

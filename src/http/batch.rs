@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::{AdminError, Engine};
-use crate::shared::Shared;
+use crate::shared::{Shared, Submission};
 
 use super::app::stored;
 use super::error::ApiError;
@@ -41,22 +41,22 @@ pub async fn run(
         unstored: false,
     };
     let mut longest = Duration::ZERO;
-    let mut in_flight = 0;
+    let mut in_flight = Submission::default();
     let refused = loop {
         let left = limit.map_or(BATCH as u64, |l| l - done.jobs);
         let batch = left.min(BATCH as u64) as usize;
         if batch == 0 {
             break None;
         }
-        let (n, seq) = {
+        let (n, submission) = {
             let now = shared.clock.now();
             let mut state = shared.lock();
             let locked = Instant::now();
             let n = step(&mut state.engine, batch, now);
-            let seq = state.submit();
+            let submission = state.submit();
             drop(state);
             longest = longest.max(locked.elapsed());
-            (n, seq)
+            (n, submission)
         };
         let n = match n {
             Ok(n) => n,
@@ -64,7 +64,7 @@ pub async fn run(
         };
         done.jobs += n;
         // Wait for the batch before this one: one is in flight at a time.
-        let before = std::mem::replace(&mut in_flight, seq);
+        let before = std::mem::replace(&mut in_flight, submission);
         done.unstored |= !stored(shared, before, 0).await?;
         if n < batch as u64 {
             break None;

@@ -26,7 +26,9 @@
 //! once every key has been delivered (the delivery tube's `total-jobs`
 //! reaches N): the CPU per expiry is then firing alone, with no consumer
 //! served meanwhile, and only `fired_at_ms` says how late. A key that has not
-//! arrived `--grace` seconds after the last deadline counts as lost.
+//! arrived `--grace` seconds after the last deadline counts as lost; of
+//! the bridge's, those still queued in the delivery tube then (consumers
+//! behind, not the bridge) are told apart.
 //!
 //! Redis's notifications are taken twice: from the Redis the bridge
 //! watches, and from a second, untouched `redis-server` given the same keys
@@ -169,6 +171,10 @@ fn rss_kib(pid: u32) -> u64 {
 /// Arrival times per key (-1: not yet), plus duplicates.
 struct Arrivals {
     at: Mutex<Vec<i64>>,
+    /// The job id of each key's first arrival (0: not a job), so a
+    /// duplicate tells a second delivery job from the same job handed out
+    /// again.
+    first_job: Mutex<Vec<(u64, usize)>>,
     count: AtomicU64,
     duplicates: AtomicU64,
     /// What the first few duplicates carried (a delivery's body), to tell
@@ -183,15 +189,17 @@ impl Arrivals {
     fn new(n: usize) -> Arc<Arrivals> {
         Arc::new(Arrivals {
             at: Mutex::new(vec![-1; n]),
+            first_job: Mutex::new(vec![(0, 0); n]),
             count: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             shown: Mutex::new(Vec::new()),
         })
     }
 
-    /// Records `key`'s arrival at `at`; `what` (the delivery) is kept if
-    /// it is one of the first duplicates.
-    fn record(&self, key: &[u8], at: i64, what: &[u8]) {
+    /// Records `key`'s arrival at `at` as job `job` (0: a notification)
+    /// through consumer `by`; `what` (the delivery) is kept if it is one of
+    /// the first duplicates.
+    fn record(&self, key: &[u8], at: i64, (job, by): (u64, usize), what: &[u8]) {
         let Some(i) = key
             .strip_prefix(b"bench:")
             .and_then(|i| std::str::from_utf8(i).ok())
@@ -200,9 +208,11 @@ impl Arrivals {
             return;
         };
         let mut v = self.at.lock().unwrap();
+        let mut jobs = self.first_job.lock().unwrap();
         match v.get_mut(i) {
             Some(slot) if *slot < 0 => {
                 *slot = at;
+                jobs[i] = (job, by);
                 self.count.fetch_add(1, Ordering::Relaxed);
             }
             Some(first) => {
@@ -210,7 +220,11 @@ impl Arrivals {
                 let mut shown = self.shown.lock().unwrap();
                 if shown.len() < SHOWN_DUPLICATES {
                     let what = String::from_utf8_lossy(what);
-                    shown.push(format!("first at {first}, again at {at}: {what}"));
+                    let (first_job, first_by) = jobs[i];
+                    shown.push(format!(
+                        "first at {first} (job {first_job}, consumer {first_by}), \
+                         again at {at} (job {job}, consumer {by}): {what}"
+                    ));
                 }
             }
             None => {}
@@ -267,16 +281,17 @@ struct Delivery<'a> {
     fired_at_ms: Option<i64>,
 }
 
-fn arrived(body: &[u8], arrivals: &Arrivals, fired: &Arrivals) {
+fn arrived(job: (u64, usize), body: &[u8], arrivals: &Arrivals, fired: &Arrivals) {
     let at = now_ms();
     let d: Delivery = serde_json::from_slice(body).expect("a JSON delivery");
-    arrivals.record(d.key.as_bytes(), at, body);
+    arrivals.record(d.key.as_bytes(), at, job, body);
     if let Some(f) = d.fired_at_ms {
-        fired.record(d.key.as_bytes(), f, body);
+        fired.record(d.key.as_bytes(), f, job, body);
     }
 }
 
 async fn worker(
+    me: usize,
     port: u16,
     batch: u32,
     arrivals: Arc<Arrivals>,
@@ -287,7 +302,7 @@ async fn worker(
     c.watch(TUBE).await.expect("watch");
     c.ignore("default").await.expect("ignore");
     if batch > 1 {
-        return batch_worker(c, batch, arrivals, fired, done).await;
+        return batch_worker(me, c, batch, arrivals, fired, done).await;
     }
     let mut prev = None;
     while !done.load(Ordering::Relaxed) {
@@ -305,18 +320,26 @@ async fn worker(
         }
         match reply {
             Response::Reserved { id, body } => {
-                arrived(&body, &arrivals, &fired);
+                arrived((id, me), &body, &arrivals, &fired);
                 prev = Some(id);
             }
             Response::TimedOut | Response::DeadlineSoon => {}
             other => panic!("worker: unexpected {other:?}"),
         }
     }
+    // A job left reserved would go back to ready as the connection
+    // closes, and a worker still running would take it again: a duplicate
+    // of the benchmark's own making.
+    if let Some(id) = prev {
+        let reply = c.request(&Bs::Delete(id)).await.expect("reply");
+        assert_eq!(reply, Response::Deleted);
+    }
 }
 
 /// `--consumer-batch`: up to `batch` jobs per `reserve-batch`, their
 /// deletes in one `delete-batch` sent with the next.
 async fn batch_worker(
+    me: usize,
     mut c: Client<tokio::net::TcpStream>,
     batch: u32,
     arrivals: Arc<Arrivals>,
@@ -342,7 +365,7 @@ async fn batch_worker(
                 let timeout = Bs::ReserveWithTimeout(Duration::from_secs(1));
                 match c.request(&timeout).await.expect("reply") {
                     Response::Reserved { id, body } => {
-                        arrived(&body, &arrivals, &fired);
+                        arrived((id, me), &body, &arrivals, &fired);
                         ids.push(id);
                     }
                     Response::TimedOut | Response::DeadlineSoon => {}
@@ -351,12 +374,17 @@ async fn batch_worker(
             }
             Response::ReservedBatch(jobs) => {
                 for (id, body) in jobs {
-                    arrived(&body, &arrivals, &fired);
+                    arrived((id, me), &body, &arrivals, &fired);
                     ids.push(id);
                 }
             }
             other => panic!("worker: unexpected {other:?}"),
         }
+    }
+    // As in `worker`: nothing left reserved to come back as a duplicate.
+    if !ids.is_empty() {
+        let reply = c.request(&Bs::DeleteBatch(ids)).await.expect("reply");
+        assert!(matches!(reply, Response::DeletedBatch { .. }), "{reply:?}");
     }
 }
 
@@ -372,7 +400,7 @@ async fn subscriber(url: String, arrivals: Arc<Arrivals>, ready: tokio::sync::on
     while let Some(msg) = messages.next().await {
         let at = now_ms();
         let key: Vec<u8> = msg.get_payload().unwrap_or_default();
-        arrivals.record(&key, at, &key);
+        arrivals.record(&key, at, (0, 0), &key);
     }
 }
 
@@ -532,8 +560,9 @@ fn run(a: &Args, dir: &Path) {
         }
         let start_workers = || -> Vec<_> {
             (0..a.workers)
-                .map(|_| {
+                .map(|me| {
                     tokio::spawn(worker(
+                        me,
                         server_port,
                         a.consumer_batch,
                         bridge_arr.clone(),
@@ -629,6 +658,9 @@ fn run(a: &Args, dir: &Path) {
         for w in workers {
             let _ = w.await;
         }
+        // Deliveries the consumers had not taken by the end: behind, not lost.
+        let behind = tube_stat(&mut stats, TUBE, "current-jobs-ready").await
+            + tube_stat(&mut stats, TUBE, "current-jobs-reserved").await;
         let rss_end = rss_kib(bridge_pid);
         let server_stats = stats.stats(&Bs::Stats).await.unwrap_or_default();
         let cmds: Vec<String> = [
@@ -637,6 +669,7 @@ fn run(a: &Args, dir: &Path) {
             "cmd-reserve",
             "cmd-reserve-with-timeout",
             "cmd-release",
+            "job-timeouts",
         ]
         .iter()
         .map(|c| format!("{c} {}", server_stats.get(*c).map_or("?", String::as_str)))
@@ -760,6 +793,13 @@ fn run(a: &Args, dir: &Path) {
                 r.lost,
                 r.early,
                 arr.duplicates.load(Ordering::Relaxed)
+            );
+        }
+        if behind > 0 {
+            println!(
+                "  of the bridge's lost: {behind} deliveries still queued in its tube at the \
+                 end (the consumers fell behind), {} not delivered by then",
+                (b.lost as u64).saturating_sub(behind)
             );
         }
         let shown = bridge_arr.shown.lock().unwrap();

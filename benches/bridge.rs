@@ -171,9 +171,9 @@ fn rss_kib(pid: u32) -> u64 {
 /// Arrival times per key (-1: not yet), plus duplicates.
 struct Arrivals {
     at: Mutex<Vec<i64>>,
-    /// The job id of each key's first arrival (0: not a job), so a
-    /// duplicate tells a second delivery job from the same job handed out
-    /// again.
+    /// The job id and consumer of each key's first arrival (0 and 0 for a
+    /// notification), so a duplicate tells a second delivery job from the
+    /// same job handed out again, and to whom.
     first_job: Mutex<Vec<(u64, usize)>>,
     count: AtomicU64,
     duplicates: AtomicU64,

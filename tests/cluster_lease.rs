@@ -34,6 +34,25 @@ async fn open(nats: &NatsCluster, cluster: &str) -> Lease {
         .expect("open the lease bucket")
 }
 
+/// Takes a free lease as a standby would: NATS may refuse the first write
+/// to a bucket just made ("no stream found for given subject": not every
+/// server of the cluster knows the stream yet), and a node retries errors
+/// at its next poll (`node.rs`); a lease someone holds is a failure here.
+async fn take_free(lease: &Lease, node: &str, addr: &str) -> Held {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match lease.try_acquire(node, addr).await {
+            Ok(Some(held)) => return held,
+            Ok(None) => panic!("the lease was not free for {node}"),
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("retrying the first take: {e}");
+                tokio::time::sleep(lease.timing().poll_every).await;
+            }
+            Err(e) => panic!("no take succeeded within 10 s: {e}"),
+        }
+    }
+}
+
 async fn holder_node(lease: &Lease) -> Option<String> {
     lease
         .current()
@@ -157,7 +176,7 @@ fn a_standby_takes_over_when_renewals_stop() {
     runtime().block_on(async {
         let ttl = Timing::default().ttl;
         let nodes = [open(&nats, "handover").await, open(&nats, "handover").await];
-        let mut held = nodes[0].try_acquire("n0", "a0").await.unwrap().unwrap();
+        let mut held = take_free(&nodes[0], "n0", "a0").await;
         let mut leader = 0;
         let mut gaps = Vec::new();
         for _round in 0..6 {
@@ -230,7 +249,7 @@ fn a_holder_gives_up_on_its_own_clock() {
     // Not renewed: deposed on its clock before the key could age out, so
     // for a moment nobody serves rather than two.
     rt.block_on(async {
-        let mut held = a.try_acquire("a", "a").await.unwrap().unwrap();
+        let mut held = take_free(&a, "a", "a").await;
         assert_eq!(held.standing(), Standing::Fresh);
         tokio::time::sleep_until(held.valid_until()).await;
         assert_eq!(held.standing(), Standing::Deposed);
@@ -277,7 +296,7 @@ fn the_lease_moves_on_when_its_nats_leader_is_killed() {
     let rt = runtime();
     let ttl = Timing::default().ttl;
     let (a, b) = rt.block_on(async { (open(&nats, "loss").await, open(&nats, "loss").await) });
-    let mut held = rt.block_on(a.try_acquire("a", "a")).unwrap().unwrap();
+    let mut held = rt.block_on(take_free(&a, "a", "a"));
     let keeper = rt.spawn(async move {
         let deposed = held.keep().await;
         (Instant::now(), deposed)

@@ -168,18 +168,34 @@ fn rss_kib(pid: u32) -> u64 {
     status_kb(pid, "VmRSS").unwrap_or(0)
 }
 
-/// Arrival times per key (-1: not yet), plus duplicates.
+/// Each key's first arrival, plus duplicates.
 struct Arrivals {
-    at: Mutex<Vec<i64>>,
-    /// The job id and consumer of each key's first arrival (0 and 0 for a
-    /// notification), so a duplicate tells a second delivery job from the
-    /// same job handed out again, and to whom.
-    first_job: Mutex<Vec<(u64, usize)>>,
+    at: Mutex<Vec<First>>,
     count: AtomicU64,
     duplicates: AtomicU64,
     /// What the first few duplicates carried (a delivery's body), to tell
     /// which path delivered a key twice.
     shown: Mutex<Vec<String>>,
+}
+
+/// A key's first arrival: when (-1: not yet), as which job (0: a
+/// notification) and through which consumer, so a duplicate tells a second
+/// delivery job from the same job handed out again, and to whom.
+#[derive(Clone, Copy)]
+struct First {
+    at: i64,
+    job: u64,
+    by: usize,
+}
+
+impl Default for First {
+    fn default() -> First {
+        First {
+            at: -1,
+            job: 0,
+            by: 0,
+        }
+    }
 }
 
 /// Duplicates whose bodies are kept for the report.
@@ -188,8 +204,7 @@ const SHOWN_DUPLICATES: usize = 5;
 impl Arrivals {
     fn new(n: usize) -> Arc<Arrivals> {
         Arc::new(Arrivals {
-            at: Mutex::new(vec![-1; n]),
-            first_job: Mutex::new(vec![(0, 0); n]),
+            at: Mutex::new(vec![First::default(); n]),
             count: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             shown: Mutex::new(Vec::new()),
@@ -208,11 +223,9 @@ impl Arrivals {
             return;
         };
         let mut v = self.at.lock().unwrap();
-        let mut jobs = self.first_job.lock().unwrap();
         match v.get_mut(i) {
-            Some(slot) if *slot < 0 => {
-                *slot = at;
-                jobs[i] = (job, by);
+            Some(first) if first.at < 0 => {
+                *first = First { at, job, by };
                 self.count.fetch_add(1, Ordering::Relaxed);
             }
             Some(first) => {
@@ -220,7 +233,11 @@ impl Arrivals {
                 let mut shown = self.shown.lock().unwrap();
                 if shown.len() < SHOWN_DUPLICATES {
                     let what = String::from_utf8_lossy(what);
-                    let (first_job, first_by) = jobs[i];
+                    let First {
+                        at: first,
+                        job: first_job,
+                        by: first_by,
+                    } = *first;
                     shown.push(format!(
                         "first at {first} (job {first_job}, consumer {first_by}), \
                          again at {at} (job {job}, consumer {by}): {what}"
@@ -249,8 +266,8 @@ fn report(arrivals: &Arrivals, deadlines: &[i64]) -> Report {
     let mut late: Vec<i64> = at
         .iter()
         .zip(deadlines)
-        .filter(|(a, _)| **a >= 0)
-        .map(|(a, d)| a - d)
+        .filter(|(a, _)| a.at >= 0)
+        .map(|(a, d)| a.at - d)
         .collect();
     late.sort_unstable();
     let pct = |p: f64| -> i64 {

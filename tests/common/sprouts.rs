@@ -143,19 +143,16 @@ impl Sprouts {
     /// client connection adds (thousands under load: a CI report keeps
     /// only the start of a failure's message), for a panic message.
     pub fn notable_logs(&self) -> String {
-        let mut out = String::new();
+        const ROUTINE: [&str; 3] = [
+            "connection opened",
+            "connection closed",
+            "relay to the leader",
+        ];
+        let routine = |l: &&str| ROUTINE.iter().any(|s| l.contains(s));
         let mut logs = self.past_logs.clone();
         logs.extend(self.logs());
+        let mut out = String::new();
         for (i, log) in logs.iter().enumerate() {
-            let routine = |l: &&str| {
-                [
-                    "connection opened",
-                    "connection closed",
-                    "relay to the leader",
-                ]
-                .iter()
-                .any(|s| l.contains(s))
-            };
             let skipped = log.lines().filter(routine).count();
             out += &format!("--- node log {i} ({skipped} connection lines left out)\n");
             for line in log.lines().filter(|l| !routine(l)) {

@@ -541,6 +541,14 @@ async fn kv_lease_create_update_and_takeover_after_ttl() {
         .create("leader", "a".into())
         .await
         .expect("create if absent");
+    // Until server 1 serves the bucket's messages, the crate's `create`
+    // turns the lost race into "503 no responders" (seen once in CI):
+    // why `Lease::try_acquire` does not use it. Wait for it to see A's key.
+    let seen = Instant::now() + Duration::from_secs(10);
+    while !matches!(kv_b.entry("leader").await, Ok(Some(_))) {
+        assert!(Instant::now() < seen, "server 1 never served the bucket");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let e = kv_b.create("leader", "b".into()).await.expect_err("held");
     eprintln!("second create: {e} ({:?})", e.kind());
     assert_eq!(e.kind(), kv::CreateErrorKind::AlreadyExists);

@@ -34,6 +34,7 @@ use tokio::sync::watch;
 use tokio_util::codec::Decoder;
 
 use crate::engine::{ConnId, Outcome};
+use crate::peer::Peer;
 use crate::shared::{Letter, Mailbox, Shared, Submission};
 use crate::store::{self, Progress};
 
@@ -46,8 +47,8 @@ const READ_CHUNK: usize = 16 * 1024;
 /// While parked in `reserve`, stop reading once this much input is queued.
 const PARKED_READ_LIMIT: usize = 64 * 1024;
 
-/// Serves one client until it quits, hangs up or fails.
-pub async fn serve<S>(stream: S, shared: Arc<Shared>, max_job_size: u32)
+/// Serves one client (from `peer`) until it quits, hangs up or fails.
+pub async fn serve<S>(stream: S, peer: Peer, shared: Arc<Shared>, max_job_size: u32)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -63,7 +64,7 @@ where
         pending: VecDeque::new(),
         answers: Vec::new(),
     };
-    tracing::info!(conn = id, "connection opened");
+    tracing::info!(conn = id, listener = %peer.listener, "connection opened");
     match conn.run(&shared).await {
         Ok(()) => tracing::info!(conn = id, "connection closed"),
         Err(e) => tracing::info!(conn = id, error = %e, "connection closed"),

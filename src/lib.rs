@@ -14,7 +14,8 @@
 //!   answers, the codec, the exact beanstalkd errors for bad input),
 //!   `alarm` (what wakes the timer thread early), `binlog_stats` (the
 //!   store's counters, which the engine's `stats` and `/metrics` read),
-//!   `percent` (URL encoding), [`service`] (systemd readiness and socket
+//!   `peer` (who is at the other end of a connection: address, listener,
+//!   client certificate), `percent` (URL encoding), [`service`] (systemd readiness and socket
 //!   activation), [`user`] (`-u`).
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
@@ -111,6 +112,7 @@ mod connection;
 pub mod engine;
 pub mod http;
 pub mod malloc;
+mod peer;
 mod percent;
 pub mod server;
 pub mod service;

@@ -23,6 +23,7 @@ use crate::cluster;
 use crate::connection;
 use crate::engine::{Clock, Engine, EngineConfig, JobImage};
 use crate::http;
+use crate::peer::Peer;
 use crate::service;
 use crate::shared::Shared;
 use crate::store::durable::{self, DurableStore};
@@ -93,6 +94,15 @@ impl Listener {
                 Ok(Listener::Unix(UnixListener::from_std(l)?, None))
             }
             _ => Err(not_ours("of another family")),
+        }
+    }
+
+    /// The origin of a connection this listener accepted from `addr`.
+    fn peer(&self, addr: String) -> Peer {
+        Peer {
+            addr,
+            listener: self.to_string(),
+            cert: None,
         }
     }
 
@@ -306,15 +316,15 @@ impl Server {
     async fn accept_on(&self, listener: &Listener) -> io::Result<()> {
         loop {
             let accepted = match listener {
-                Listener::Tcp(l) => l.accept().await.map(|(stream, peer)| {
+                Listener::Tcp(l) => l.accept().await.map(|(stream, addr)| {
                     // Answers are written whole; don't let Nagle hold them.
                     let _ = stream.set_nodelay(true);
-                    self.spawn(stream, &peer)
+                    self.spawn(stream, listener.peer(addr.to_string()))
                 }),
                 Listener::Unix(l, _) => l
                     .accept()
                     .await
-                    .map(|(stream, _)| self.spawn(stream, &"unix")),
+                    .map(|(stream, _)| self.spawn(stream, listener.peer("unix".into()))),
             };
             if let Err(e) = accepted {
                 // Out of descriptors or memory: wait for some to free up
@@ -326,17 +336,17 @@ impl Server {
     }
 
     /// Serves `stream` in its own task; its log lines carry `peer`.
-    fn spawn<S>(&self, stream: S, peer: &dyn std::fmt::Display)
+    fn spawn<S>(&self, stream: S, peer: Peer)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let span = tracing::info_span!("client", peer = %peer);
         match &self.cluster {
             Some(side) if !side.leading() => {
-                _ = tokio::spawn(side.clone().pass(stream).instrument(span))
+                _ = tokio::spawn(side.clone().pass(stream, peer).instrument(span))
             }
             _ => {
-                let serve = connection::serve(stream, self.shared.clone(), self.max_job_size);
+                let serve = connection::serve(stream, peer, self.shared.clone(), self.max_job_size);
                 tokio::spawn(serve.instrument(span));
             }
         }
@@ -368,6 +378,7 @@ impl LocalConnector {
         let (ours, theirs) = tokio::io::duplex(64 * 1024);
         tokio::spawn(connection::serve(
             theirs,
+            Peer::local(),
             self.shared.clone(),
             self.max_job_size,
         ));

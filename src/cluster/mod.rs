@@ -130,8 +130,8 @@ impl Side {
 
     /// Serves a client a standby accepted: passed through to the leader
     /// (waiting for one to be known), or served here if this node has come
-    /// to lead meanwhile.
-    pub async fn pass<S>(mut self, client: S)
+    /// to lead meanwhile. `peer` is where the client came from.
+    pub async fn pass<S>(mut self, client: S, peer: crate::peer::Peer)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -142,7 +142,8 @@ impl Side {
         };
         match role {
             Role::Leader => {
-                crate::connection::serve(client, self.shared.clone(), self.max_job_size).await
+                let shared = self.shared.clone();
+                crate::connection::serve(client, peer, shared, self.max_job_size).await
             }
             Role::Standby { leader: Some(addr) } => {
                 if let Err(e) = relay::relay(client, &addr, relay::CONNECT_TIMEOUT).await {

@@ -543,6 +543,17 @@ fn the_token_guards_the_api_and_the_dashboard_but_not_health() {
         http.raw("GET", "/api/tubes", &with_cookie, None).status,
         200
     );
+    // The cookie is a session id, never the token (nor its hex).
+    let value = cookie.split_once('=').unwrap().1;
+    assert!(!value.contains("s3cret") && !value.contains("733363726574"));
+    assert_eq!(value.len(), 64, "{value}");
+    // Logging out ends the session on the server: the old cookie is dead.
+    let out = http.raw("POST", "/logout", &with_cookie, None);
+    assert_eq!((out.status, out.location.as_str()), (303, "/login"));
+    assert_eq!(
+        http.raw("GET", "/api/tubes", &with_cookie, None).status,
+        401
+    );
 
     http.token = Some("s3cret".into());
     assert_eq!(http.get("/api/tubes").0, 200);

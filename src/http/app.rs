@@ -12,8 +12,10 @@ use crate::engine::{AdminError, Engine};
 use crate::shared::{Shared, Submission};
 use crate::store;
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::history::History;
+use super::session::Sessions;
 
 pub struct App {
     /// Set when the server has recovered and starts serving.
@@ -21,6 +23,8 @@ pub struct App {
     pub token: Option<String>,
     pub token_metrics: bool,
     pub history: Arc<History>,
+    /// The dashboard's sign-ins.
+    pub sessions: Sessions<Caller>,
     /// `-b DIR`, if any.
     pub store_dir: Option<PathBuf>,
     bridge: OnceLock<Bridge>,
@@ -42,6 +46,7 @@ impl App {
             token,
             token_metrics,
             history: Arc::default(),
+            sessions: Sessions::default(),
             store_dir: None,
             bridge: OnceLock::new(),
         }

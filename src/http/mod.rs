@@ -11,7 +11,8 @@
 //! * `metrics`: `/metrics`, from one engine snapshot per scrape.
 //! * `api`: `/api/…`, the admin calls; `batch`: flush and move, a
 //!   batch per lock.
-//! * `auth`: the token (bearer header or the dashboard's login cookie).
+//! * `auth`: the token (bearer header, or a session the dashboard's login
+//!   started); `session`: those sessions, kept on the server.
 //! * `dashboard`: the page at `/`, its assets compiled into the binary.
 //! * `history`: the last ten minutes of figures, for the charts.
 //!
@@ -45,6 +46,7 @@ mod figures;
 mod health;
 mod history;
 mod metrics;
+mod session;
 
 use app::App;
 pub use config::{HttpArgs, Options};

@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::Args;
 
 use super::lease::Timing;
+use super::link::{Link, LinkArgs};
 use super::meta::check_node_id;
 use super::subjects::Subjects;
 
@@ -53,12 +54,16 @@ pub struct ClusterArgs {
     /// leader's service comes back on a standby about this long after.
     #[arg(long = "cluster-lease-ms", value_name = "MS", default_value_t = Timing::DEFAULT_TTL.as_millis() as u64, requires = "urls")]
     pub lease_ms: u64,
+
+    /// The link to NATS: credentials and TLS (`link.rs`).
+    #[command(flatten)]
+    pub link: LinkArgs,
 }
 
 /// A node's cluster settings.
 #[derive(Clone, Debug)]
 pub struct Options {
-    pub urls: String,
+    pub link: Link,
     pub name: String,
     pub node: String,
     pub advertise: String,
@@ -82,6 +87,7 @@ impl Options {
             return Err("--cluster keeps jobs in NATS JetStream: leave out -b".into());
         }
         Subjects::new(&args.name)?;
+        let link = Link::from_args(urls, &args.link)?;
         let node = args
             .node_id
             .clone()
@@ -95,7 +101,7 @@ impl Options {
             return Err("--cluster-replicas: 1 to 5 (JetStream's limit)".into());
         }
         Ok(Some(Options {
-            urls: urls.clone(),
+            link,
             name: args.name.clone(),
             node,
             advertise,
@@ -132,6 +138,7 @@ mod tests {
             advertise: advertise.map(Into::into),
             replicas: 3,
             lease_ms: 1500,
+            link: LinkArgs::default(),
         }
     }
 

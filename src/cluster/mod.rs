@@ -10,6 +10,8 @@
 //!
 //! How, module by module:
 //! - `config.rs`: the flags;
+//! - `link.rs`: the link to NATS: credentials, TLS, clear text only on
+//!   this host;
 //! - `version.rs`: refuse NATS servers too old for these guarantees;
 //! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
 //! - `meta.rs`: who leads, the epoch, the id ceiling;
@@ -25,6 +27,7 @@ mod bridge;
 pub mod config;
 mod follow;
 pub mod lease;
+pub mod link;
 mod meta;
 pub mod node;
 mod publish;

@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 
 use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
+use super::link;
 use super::meta::Meta;
 use super::publish;
 use super::stream::{self, Trouble};
@@ -71,20 +72,7 @@ impl Connected {
 /// Connects to NATS and checks the server, the stream and the lease.
 pub async fn connect(options: &Options) -> Result<Connected, String> {
     let subjects = Subjects::new(&options.name)?;
-    let urls: Vec<&str> = options.urls.split(',').map(str::trim).collect();
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("sprout {}", options.node))
-        .retry_on_initial_connect()
-        .connect(urls.as_slice())
-        .await
-        .map_err(|e| format!("cannot connect to NATS at {}: {e}", options.urls))?;
-    // The INFO arrives with the connection.
-    for _ in 0..100 {
-        if !client.server_info().version.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let client = link::connect(&options.link, &options.node).await?;
     version::check(&client)?;
     let mut js = jetstream::new(client.clone());
     js.set_timeout(ACK_TIMEOUT);

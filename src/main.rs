@@ -117,9 +117,15 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         args.port,
         args.binlog_dir.is_some(),
     );
+    // Setting a cluster up waits for NATS, for as long as it takes to
+    // start or elect: SIGTERM stops that wait too.
+    tokio::pin!(shutdown);
     let opened = match cluster {
         Err(e) => return fail("--cluster", std::io::Error::other(e)),
-        Ok(Some(options)) => Server::open_cluster(listeners, &args, &options).await,
+        Ok(Some(options)) => tokio::select! {
+            opened = Server::open_cluster(listeners, &args, &options) => opened,
+            () = &mut shutdown => return ExitCode::SUCCESS,
+        },
         Ok(None) => Server::open(listeners, &args),
     };
     let server = match opened {

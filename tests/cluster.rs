@@ -13,6 +13,9 @@
 //!   nothing acknowledged is lost.
 //! - A job reserved on a killed leader stays reserved on the new one until
 //!   its TTR runs out, then times out and is handed out again.
+//! - Starting: a NATS too old is refused; an unreachable one is named with
+//!   the OS error and the node stops within seconds; a node waiting for a
+//!   stream NATS cannot make stops on SIGTERM.
 //!
 //! The load and the check are `common/model.rs`'s, the crash test's: after
 //! each of these, every acknowledged job is checked for its state, priority,
@@ -451,4 +454,58 @@ fn a_node_refuses_an_old_nats_server_at_startup_and_on_reconnect() {
         killed.unwrap().elapsed(),
         said.lines().last().unwrap_or("")
     );
+}
+
+#[test]
+fn an_unreachable_nats_is_named_and_the_node_stops() {
+    let port = TestServer::free_port().to_string();
+    let nobody = format!("nats://127.0.0.1:{}", TestServer::free_port());
+    let started = Instant::now();
+    let said = stopped(&one_node(&port, &nobody, "unreachable"), |_| {});
+    let took = started.elapsed();
+    eprintln!(
+        "stopped after {took:?}: {}",
+        said.lines().last().unwrap_or("")
+    );
+    assert!(
+        said.contains(&format!("cannot reach NATS at {nobody}")),
+        "{said}"
+    );
+    assert!(said.contains("Connection refused"), "{said}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+#[test]
+fn a_node_stops_on_sigterm_while_it_waits_to_set_the_cluster_up() {
+    let Some(nats) = NatsCluster::start(1, "a_node_stops_on_sigterm_while_it_waits") else {
+        return;
+    };
+    let port = TestServer::free_port().to_string();
+    let mut args = one_node(&port, &nats.url(0), "neverready");
+    // Three copies on one NATS server: the stream is refused, and the node
+    // keeps asking.
+    let at = args.iter().position(|a| a == "--cluster-replicas").unwrap();
+    args[at + 1] = "3".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut node = TestServer::spawn(&args, Addr::Tcp(port.parse().unwrap())).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node.stderr().contains("trying again") {
+        assert!(
+            Instant::now() < deadline,
+            "no retry seen: {}",
+            node.stderr()
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let sent = Instant::now();
+    node.signal(libc::SIGTERM);
+    let status = node.wait_exit(Duration::from_secs(10));
+    let took = sent.elapsed();
+    eprintln!("stopped {took:?} after SIGTERM");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}: {}",
+        node.stderr()
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
 }

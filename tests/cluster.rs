@@ -17,7 +17,8 @@
 //!   the OS error and the node stops within seconds; a node waiting for a
 //!   stream NATS cannot make stops on SIGTERM.
 //!
-//! The load and the check are `common/model.rs`'s, the crash test's: after
+//! The load and the check are `common/model.rs`'s, the crash test's
+//! (run through the nodes by `common/failover.rs`): after
 //! each of these, every acknowledged job is checked for its state, priority,
 //! tube, body, counters and buried order, and a job reserved through a
 //! connection that died with its leader must still be reserved.
@@ -32,83 +33,12 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::model::{self, Carry, Log, Nodes, Res, Shared, TUBES};
+use common::failover::{check, kill_leaders, Load};
 use common::nats::NatsCluster;
-use common::sprouts::{Sprouts, TAKEOVER_BOUND};
-use common::{Addr, Client, FallibleClient, TestServer};
-
-/// Producers, consumers and a kicker (`common/model.rs`), each going on
-/// through the next node when its node dies.
-struct Load {
-    shared: Arc<Shared>,
-    threads: Vec<thread::JoinHandle<Res<()>>>,
-}
-
-impl Load {
-    fn start(ports: &[u16]) -> Load {
-        let nodes = Nodes::cluster(ports);
-        let shared = Arc::new(Shared::default());
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
-        eprintln!("load seed {seed}");
-        let mut threads = Vec::new();
-        for w in 0..5u64 {
-            let (nodes, shared, s) = (nodes.clone(), shared.clone(), seed.wrapping_add(w));
-            threads.push(thread::spawn(move || match w {
-                0 | 1 => model::producer(&nodes, &shared, TUBES[w as usize], s),
-                2 | 3 => model::consumer(&nodes, &shared, s),
-                _ => model::kicker(&nodes, &shared, s),
-            }));
-        }
-        Load { shared, threads }
-    }
-
-    /// Stops the workers; what they were told. A worker that failed other
-    /// than by losing its node fails the test.
-    fn finish(self) -> Log {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            if let Err(e) = t.join().expect("a load thread panicked") {
-                panic!("a worker failed: {e}");
-            }
-        }
-        self.shared.take_log()
-    }
-}
-
-/// Checks the cluster's leader against what the clients were told
-/// (`model::check`): every acknowledged job with its state, priority,
-/// tube, body and counters, buried order, jobs reserved on a dead leader
-/// still reserved, no acknowledged delete back, ids never reused.
-fn check(sprouts: &Sprouts, log: &Log) {
-    // Asked through any node still running (a leader that stepped down
-    // exited).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        if let Some(l) = sprouts
-            .alive()
-            .into_iter()
-            .find_map(|i| sprouts.leader_via(i))
-        {
-            break l;
-        }
-        assert!(Instant::now() < deadline, "no leader to check");
-        thread::sleep(Duration::from_millis(50));
-    };
-    let mut c = Client::tcp(sprouts.ports[leader]);
-    let violations = model::check(&mut c, log, Carry::Kept);
-    let (acked, deleted) = log.counts();
-    eprintln!(
-        "checked {acked} acknowledged jobs ({deleted} deleted): {} violations",
-        violations.len()
-    );
-    assert!(acked > 50, "only {acked} jobs acknowledged");
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
-}
+use common::sprouts::Sprouts;
+use common::{Addr, FallibleClient, TestServer};
 
 /// Three NATS servers, three sprout nodes of cluster `name` agreed on a
 /// leader, and producers and a consumer at work; `None` without a NATS
@@ -128,31 +58,13 @@ fn a_killed_leader_is_replaced_and_no_acknowledged_job_is_lost() {
         return;
     };
     thread::sleep(Duration::from_millis(1500));
-    let mut times = Vec::new();
     // 2 in CI; `SPROUT_CLUSTER_KILLS=N` for a distribution by hand.
     let kills = std::env::var("SPROUT_CLUSTER_KILLS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(2);
-    for _ in 0..kills {
-        let leader = sprouts.wait_leader(Duration::from_secs(30));
-        sprouts.kill9(leader);
-        times.push(sprouts.time_to_put(Duration::from_secs(30)));
-        sprouts.start_node(leader);
-        thread::sleep(Duration::from_millis(1500));
-    }
+    kill_leaders(&mut sprouts, kills);
     let log = load.finish();
-    let mut sorted = times.clone();
-    sorted.sort();
-    eprintln!(
-        "service back after a leader's kill -9 ({kills} kills): min {:?}, median {:?}, max {:?}: {times:?}",
-        sorted[0],
-        sorted[sorted.len() / 2],
-        sorted[sorted.len() - 1]
-    );
-    for t in &times {
-        assert!(*t < TAKEOVER_BOUND, "takeovers took {times:?}");
-    }
     check(&sprouts, &log);
 }
 

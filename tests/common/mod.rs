@@ -16,7 +16,8 @@
 //! servers, kill -9, a client that survives them), `model.rs` the load and
 //! the check of what survived that the crash and failover tests share, and
 //! `nats.rs` runs a NATS cluster for the cluster tests, `sprouts.rs` the
-//! sprout nodes of one. Everything is re-exported here, so
+//! sprout nodes of one, `failover.rs` load through them while leaders
+//! die. Everything is re-exported here, so
 //! a test names `common::X` whatever file `X` lives in.
 
 #![allow(dead_code)]
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 mod client;
+pub mod failover;
 pub mod model;
 pub mod nats;
 mod server;

@@ -15,9 +15,10 @@
 //! holds what the durability tests add (a store directory that outlives
 //! servers, kill -9, a client that survives them), `model.rs` the load and
 //! the check of what survived that the crash and failover tests share, and
-//! `nats.rs` runs a NATS cluster for the cluster tests, `sprouts.rs` the
-//! sprout nodes of one, `failover.rs` load through them while leaders
-//! die. Everything is re-exported here, so
+//! `nats.rs` runs a NATS cluster for the cluster tests (`secure_nats.rs`
+//! one closed with TLS and accounts, its certificates from `certs.rs`),
+//! `sprouts.rs` the sprout nodes of one, `failover.rs` load through them
+//! while leaders die. Everything is re-exported here, so
 //! a test names `common::X` whatever file `X` lives in.
 
 #![allow(dead_code)]
@@ -27,10 +28,12 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+pub mod certs;
 mod client;
 pub mod failover;
 pub mod model;
 pub mod nats;
+pub mod secure_nats;
 mod server;
 pub mod sprouts;
 mod store;

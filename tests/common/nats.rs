@@ -19,6 +19,9 @@
 //!
 //! async-nats does not split a comma-separated URL string: pass
 //! [`NatsCluster::url_list`] (or split [`NatsCluster::urls`]) to `connect`.
+//!
+//! [`NatsCluster::start_with`] adds blocks to every node's config
+//! ([`Additions`]: TLS, accounts; `secure_nats.rs` builds them).
 
 use super::{TempDir, TestServer};
 use std::io::{Read, Write};
@@ -83,6 +86,15 @@ pub fn server_for(test: &str) -> Option<PathBuf> {
     Some(bin)
 }
 
+/// What every node's config adds to the plain one: blocks at its top
+/// (`tls {}`, `accounts {}`) and in its `cluster {}` block (the routes'
+/// `tls {}`).
+#[derive(Clone, Debug, Default)]
+pub struct Additions {
+    pub top: String,
+    pub cluster: String,
+}
+
 /// One node: its ports and files stay the same across restarts.
 struct Node {
     name: String,
@@ -106,13 +118,18 @@ impl NatsCluster {
     /// Starts `n` nodes and waits until JetStream is up on each; `None`
     /// (after a note) when the server is not installed.
     pub fn start(n: usize, test: &str) -> Option<NatsCluster> {
+        NatsCluster::start_with(n, test, &Additions::default())
+    }
+
+    /// [`NatsCluster::start`], with `additions` in every node's config.
+    pub fn start_with(n: usize, test: &str, additions: &Additions) -> Option<NatsCluster> {
         assert!(n >= 1, "a cluster has at least one node");
         let bin = server_for(test)?;
         let mut last = String::new();
         // A port handed out by free_port may be taken by another process
         // before the server binds it: try again on fresh ports.
         for _ in 0..3 {
-            match NatsCluster::try_start(&bin, n) {
+            match NatsCluster::try_start(&bin, n, additions) {
                 Ok(c) => return Some(c),
                 Err(e) => last = e,
             }
@@ -120,7 +137,7 @@ impl NatsCluster {
         panic!("{test}: could not start a {n}-node nats cluster: {last}");
     }
 
-    fn try_start(bin: &Path, n: usize) -> Result<NatsCluster, String> {
+    fn try_start(bin: &Path, n: usize, additions: &Additions) -> Result<NatsCluster, String> {
         let dir = TempDir::new();
         let mut nodes: Vec<Node> = (0..n)
             .map(|i| Node {
@@ -144,17 +161,19 @@ impl NatsCluster {
             let node = &nodes[i];
             let mut conf = format!(
                 "server_name: {name}\nlisten: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{mon}\"\n\
-                 jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n",
+                 jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n{top}\n",
                 name = node.name,
                 port = node.port,
                 mon = node.monitor_port,
                 store = store.display(),
+                top = additions.top,
             );
             if n > 1 {
                 conf.push_str(&format!(
-                    "cluster {{\n  name: {cluster_name}\n  listen: \"127.0.0.1:{cp}\"\n  routes: [{routes}]\n}}\n",
+                    "cluster {{\n  name: {cluster_name}\n  listen: \"127.0.0.1:{cp}\"\n  routes: [{routes}]\n{more}\n}}\n",
                     cp = node.cluster_port,
                     routes = routes.join(", "),
+                    more = additions.cluster,
                 ));
             }
             std::fs::write(&node.conf, conf).map_err(|e| e.to_string())?;

@@ -29,6 +29,7 @@ use clap::{
 use sprout_protocol::{DEFAULT_MAX_JOB_SIZE, MAX_JOB_SIZE_LIMIT};
 
 use crate::admin::AdminArgs;
+use crate::auth::AuthArgs;
 use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
 use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
@@ -138,6 +139,10 @@ pub struct Args {
     /// The Redis TTL bridge run inside the server (`--redis-bridge …`).
     #[command(flatten, next_help_heading = "Embedded Redis TTL bridge")]
     pub bridge: EmbeddedArgs,
+
+    /// Authentication and per-tube permissions (`--auth FILE`).
+    #[command(flatten, next_help_heading = "Authentication")]
+    pub auth: AuthArgs,
 
     /// The HTTP side port (`--http …`).
     #[command(
@@ -286,6 +291,9 @@ pub enum Mode {
     Bridge(BridgeArgs),
     /// See and steer a server started with --http (its admin API).
     Admin(AdminArgs),
+    /// Read a token on stdin and print the hash an --auth policy lists
+    /// it by (sha256:<hex>).
+    HashToken,
 }
 
 impl Args {

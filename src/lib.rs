@@ -103,6 +103,7 @@
 
 pub mod admin;
 mod alarm;
+pub mod auth;
 mod binlog_stats;
 pub mod bridge;
 pub mod cli;

@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     match args.command {
         Some(Mode::Bridge(ref bridge)) => runtime.block_on(run_bridge(bridge)),
         Some(Mode::Admin(ref admin)) => sprout::admin::run(admin),
+        Some(Mode::HashToken) => sprout::auth::hash_token_command(),
         None => runtime.block_on(serve(args, inherited)),
     }
 }

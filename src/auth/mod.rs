@@ -4,10 +4,13 @@
 //!   names and grants; listeners' principals), loaded and checked.
 //! - `grant.rs`: the four actions and a principal's grants; `glob.rs`:
 //!   the tube patterns grants use.
+//! - `decide.rs`: the decision, a pure function of the grants, the
+//!   command and what the engine knows.
 //! - `token.rs`: token hashes and `sprout hash-token`; `cert.rs`: naming
 //!   a client certificate.
 
 mod cert;
+mod decide;
 mod glob;
 mod grant;
 mod policy;
@@ -15,6 +18,7 @@ mod token;
 
 use std::path::PathBuf;
 
+pub use decide::{decide, Decision, Facts, JobFacts, Need};
 pub use grant::{Action, Grants};
 pub use policy::{ByCert, LoadError, Policy, Principal, PrincipalId};
 pub use token::hash_token_command;

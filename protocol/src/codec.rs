@@ -18,8 +18,8 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use crate::encode::{encode_command, encode_response};
 use crate::parse::{
-    find_line_end, parse_command_line, parse_response_line, BodyKind, CommandLine, LineEnd,
-    PutHeader, ResponseHead,
+    find_line_end, parse_auth_line, parse_command_line, parse_response_line, BodyKind, CommandLine,
+    LineEnd, PutHeader, ResponseHead,
 };
 use crate::{Command, JobId, Op, ProtocolError, Rejected, Request, Response, Tags, MAX_LINE_LEN};
 
@@ -37,6 +37,8 @@ pub const COPY_BODIES_BELOW: usize = 16 * 1024;
 #[derive(Debug)]
 pub struct ServerCodec {
     max_job_size: u32,
+    /// Reads `auth <token>` (a server with `--auth`).
+    auth: bool,
     state: ServerState,
 }
 
@@ -58,8 +60,27 @@ impl ServerCodec {
     pub fn new(max_job_size: u32) -> ServerCodec {
         ServerCodec {
             max_job_size,
+            auth: false,
             state: ServerState::Line,
         }
+    }
+
+    /// A codec that also reads `auth <token>` lines (a server with
+    /// `--auth`); [`ServerCodec::new`] answers them `UNKNOWN_COMMAND`,
+    /// as beanstalkd does.
+    pub fn with_auth(max_job_size: u32) -> ServerCodec {
+        ServerCodec {
+            auth: true,
+            ..ServerCodec::new(max_job_size)
+        }
+    }
+
+    /// Changes the largest body accepted from the next command line on
+    /// (a body being read keeps the limit its line was read under). A
+    /// server sets 0 while a client has not authenticated, so the body of
+    /// its `put` is skipped as it arrives rather than held.
+    pub fn set_max_job_size(&mut self, max_job_size: u32) {
+        self.max_job_size = max_job_size;
     }
 }
 
@@ -78,7 +99,11 @@ impl Decoder for ServerCodec {
                         self.state = ServerState::Discard;
                     }
                     LineEnd::Found(len) => {
-                        let parsed = parse_command_line(&buf[..len - 2], self.max_job_size);
+                        let line = &buf[..len - 2];
+                        let parsed = match self.auth.then(|| parse_auth_line(line)).flatten() {
+                            Some(auth) => CommandLine::Command(auth),
+                            None => parse_command_line(line, self.max_job_size),
+                        };
                         let op = match buf.starts_with(b"fire ") {
                             true => Op::Fire,
                             false => Op::Put,

@@ -90,6 +90,10 @@ pub(crate) fn fixed_word(response: &Response) -> Option<&'static [u8]> {
         Response::InternalError => b"INTERNAL_ERROR",
         Response::BadFormat => b"BAD_FORMAT",
         Response::UnknownCommand => b"UNKNOWN_COMMAND",
+        Response::Authenticated => b"AUTHENTICATED",
+        Response::Unauthorized => b"UNAUTHORIZED",
+        Response::AuthRequired => b"AUTH_REQUIRED",
+        Response::Forbidden => b"FORBIDDEN",
         _ => return None,
     })
 }
@@ -164,6 +168,11 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         Command::StatsGroup(name) => {
             dst.put_u8(b' ');
             dst.put_slice(name.as_bytes());
+        }
+        Command::Auth(token) => {
+            dst.reserve(token.as_bytes().len() + 3);
+            dst.put_u8(b' ');
+            dst.put_slice(token.as_bytes());
         }
         Command::PauseTube { tube, delay } => {
             dst.put_u8(b' ');

@@ -32,6 +32,13 @@
 //! <bytes>` and a body, which turns a job the client holds reserved into a
 //! new ready job of the tube it uses, in one step (answered `INSERTED
 //! <id>` with the new job's id). The word was `UNKNOWN_COMMAND` before.
+//!
+//! Authentication (a server started with `--auth`): `auth <token>`,
+//! beanstalkd-rs's line, answered `AUTHENTICATED` or `UNAUTHORIZED`; a
+//! command before it answers `AUTH_REQUIRED`, one outside the principal's
+//! grants `FORBIDDEN`. Only a decoder made with
+//! [`codec::ServerCodec::with_auth`] reads the word; any other answers it
+//! `UNKNOWN_COMMAND`, as beanstalkd does.
 
 use std::fmt;
 use std::sync::Arc;
@@ -180,6 +187,30 @@ pub enum Command {
         ttr: Duration,
         body: Bytes,
     },
+    /// `auth <token>` (with `--auth`): the token is everything after the
+    /// space, up to the CRLF.
+    Auth(Token),
+}
+
+/// A secret an `auth` line carries. Its `Debug` shows no byte of it, so
+/// no log line of a command can leak one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(Bytes);
+
+impl Token {
+    pub fn new(token: impl Into<Bytes>) -> Token {
+        Token(token.into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
 }
 
 /// The most jobs `reserve-batch` hands out and ids `delete-batch` takes.
@@ -264,11 +295,12 @@ pub enum Op {
     PeekReserved,
     StatsGroup,
     Fire,
+    Auth,
 }
 
 impl Op {
     /// Every kind, in a fixed order (usable as an index with `as usize`).
-    pub const ALL: [Op; 31] = [
+    pub const ALL: [Op; 32] = [
         Op::Put,
         Op::Use,
         Op::Reserve,
@@ -300,6 +332,7 @@ impl Op {
         Op::PeekReserved,
         Op::StatsGroup,
         Op::Fire,
+        Op::Auth,
     ];
 }
 
@@ -339,6 +372,7 @@ impl Op {
             Op::PeekReserved => "peek-reserved",
             Op::StatsGroup => "stats-group",
             Op::Fire => "fire",
+            Op::Auth => "auth",
         }
     }
 }
@@ -377,6 +411,7 @@ impl Command {
             Command::PeekReserved => Op::PeekReserved,
             Command::StatsGroup(_) => Op::StatsGroup,
             Command::Fire { .. } => Op::Fire,
+            Command::Auth(_) => Op::Auth,
         }
     }
 }
@@ -477,4 +512,12 @@ pub enum Response {
     },
     /// `FLUSHED <count>`
     Flushed(u64),
+    /// `AUTHENTICATED`: the token of an `auth` was good.
+    Authenticated,
+    /// `UNAUTHORIZED`: it was not (or this address failed too often).
+    Unauthorized,
+    /// `AUTH_REQUIRED`: the connection must `auth` first.
+    AuthRequired,
+    /// `FORBIDDEN`: outside the principal's grants; nothing changed.
+    Forbidden,
 }

@@ -50,7 +50,7 @@ use nom::Err::Incomplete;
 
 use crate::MAX_LINE_LEN;
 
-pub use command::{parse_command_line, CommandLine, PutHeader};
+pub use command::{parse_auth_line, parse_command_line, CommandLine, PutHeader};
 pub use number::parse_seconds;
 pub use response::{parse_response_line, BodyKind, MalformedResponse, ResponseHead};
 

@@ -376,3 +376,21 @@ fn a_reserved_batch_is_read_as_one_reply() {
     );
     assert_eq!(codec.decode(&mut buf).unwrap(), Some(Response::Deleted));
 }
+
+#[test]
+fn auth_and_its_replies_are_written_and_read_back() {
+    use sprout_protocol::Token;
+    assert_eq!(
+        &command_bytes(&Command::Auth(Token::new("s3cret")))[..],
+        b"auth s3cret\r\n"
+    );
+    for (response, bytes) in [
+        (Response::Authenticated, &b"AUTHENTICATED\r\n"[..]),
+        (Response::Unauthorized, b"UNAUTHORIZED\r\n"),
+        (Response::AuthRequired, b"AUTH_REQUIRED\r\n"),
+        (Response::Forbidden, b"FORBIDDEN\r\n"),
+    ] {
+        assert_eq!(&response_bytes(&response)[..], bytes);
+        assert_eq!(decode(bytes), [response]);
+    }
+}

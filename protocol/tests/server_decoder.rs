@@ -870,3 +870,91 @@ fn fire_reads_like_a_put_without_its_delay() {
     }
     assert_eq!(decode(b"fire\r\n"), [UNKNOWN]);
 }
+
+/// Everything `input` decodes to with `--auth`'s decoder.
+fn decode_auth(input: &[u8]) -> Vec<Request> {
+    let mut codec = ServerCodec::with_auth(DEFAULT_MAX_JOB_SIZE);
+    let mut buf = BytesMut::from(input);
+    std::iter::from_fn(|| codec.decode(&mut buf).unwrap()).collect()
+}
+
+#[test]
+fn auth_is_an_unknown_command_without_auth() {
+    for line in [
+        &b"auth s3cret\r\n"[..],
+        b"auth \r\n",
+        b"auth\r\n",
+        b"authx\r\n",
+        b"auth a b\r\n",
+    ] {
+        assert_eq!(decode(line), [UNKNOWN], "{}", String::from_utf8_lossy(line));
+    }
+}
+
+#[test]
+fn auth_lines_with_auth() {
+    use sprout_protocol::Token;
+    let auth = |token: &str| Ok(Command::Auth(Token::new(token.to_owned())));
+    for (line, want) in [
+        (&b"auth s3cret\r\n"[..], auth("s3cret")),
+        // The token is every byte after the first space.
+        (b"auth  a b \r\n", auth(" a b ")),
+        (b"auth \r\n", auth("")),
+        // No space: not this command.
+        (b"auth\r\n", UNKNOWN),
+        (b"authx\r\n", UNKNOWN),
+        (b"auth a\0b\r\n", BAD),
+    ] {
+        assert_eq!(decode_auth(line), [want], "{}", String::from_utf8_lossy(line));
+    }
+    // Every other line reads as without `--auth`.
+    assert_eq!(
+        decode_auth(b"use a\r\nauth t\r\nfoo\r\n"),
+        [
+            Ok(Command::Use(TubeName::new(b"a").unwrap())),
+            auth("t"),
+            UNKNOWN
+        ]
+    );
+    // The longest line still bounds it.
+    let mut long = b"auth ".to_vec();
+    long.extend(std::iter::repeat_n(b'x', MAX_LINE_LEN));
+    long.extend_from_slice(b"\r\n");
+    assert_eq!(decode_auth(&long), [BAD]);
+}
+
+#[test]
+fn a_token_never_shows_in_debug_output() {
+    let command = Command::Auth(sprout_protocol::Token::new("hunter2-secret"));
+    let shown = format!("{command:?}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+}
+
+#[test]
+fn a_zero_size_limit_skips_bodies_as_they_arrive() {
+    // A server sets 0 before a client authenticates: a put's body is
+    // dropped as it comes, never held, whatever it announces.
+    let mut codec = ServerCodec::with_auth(DEFAULT_MAX_JOB_SIZE);
+    codec.set_max_job_size(0);
+    let mut buf = BytesMut::from(&b"put 0 0 1 1048576\r\n"[..]);
+    buf.extend(std::iter::repeat_n(b'x', 64 * 1024));
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    assert!(buf.is_empty(), "{} bytes held", buf.len());
+    buf.extend(std::iter::repeat_n(b'x', 1024 * 1024 - 64 * 1024));
+    buf.extend_from_slice(b"\r\nauth t\r\n");
+    assert_eq!(
+        codec.decode(&mut buf).unwrap(),
+        Some(counted(ProtocolError::JobTooBig, Op::Put))
+    );
+    assert_eq!(
+        codec.decode(&mut buf).unwrap(),
+        Some(Ok(Command::Auth(sprout_protocol::Token::new("t"))))
+    );
+    // Once the limit is back, bodies are read again.
+    codec.set_max_job_size(DEFAULT_MAX_JOB_SIZE);
+    buf.extend_from_slice(b"put 0 0 1 2\r\nhi\r\n");
+    assert!(matches!(
+        codec.decode(&mut buf).unwrap(),
+        Some(Ok(Command::Put { body, .. })) if body == "hi"
+    ));
+}

@@ -93,9 +93,11 @@ pub fn decide(grants: &Grants, command: &Command, facts: &impl Facts) -> Decisio
     let on = |action: Action, tube: &str| on(grants, action, tube);
     let job = |id: JobId| facts.job(id);
     match command {
-        Command::Ignore(_) | Command::ListTubeUsed | Command::ListTubesWatched | Command::Quit => {
-            Decision::Allow
-        }
+        Command::Auth(_)
+        | Command::Ignore(_)
+        | Command::ListTubeUsed
+        | Command::ListTubesWatched
+        | Command::Quit => Decision::Allow,
         Command::Use(tube) => use_tube(grants, tube.as_str()),
         Command::Watch(tube) => on(Action::Consume, tube.as_str()),
         Command::Put { .. } => on(Action::Produce, facts.used()),

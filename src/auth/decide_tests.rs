@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use sprout_protocol::{Command, Op, TubeName};
+use sprout_protocol::{Command, Op, Token, TubeName};
 
 use super::*;
 use crate::auth::glob::TubePattern;
@@ -312,6 +312,7 @@ fn every_command() {
             "forbidden: admin on orders.eu",
         ),
         (C::Quit, "nobody", false, "allow"),
+        (C::Auth(Token::new("t")), "nobody", false, "allow"),
         (C::FlushTube(tube("orders.us")), "ops", false, "admin"),
         (
             C::FlushTube(tube("orders.us")),

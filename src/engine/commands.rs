@@ -74,6 +74,9 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
         Command::PeekReserved => batch::peek_reserved(e, conn),
         Command::StatsGroup(name) => e.stats_group(&name),
         Command::Fire { id, pri, ttr, body } => e.fire(conn, id, pri, ttr, body),
+        // The connection answers `auth` (`auth/`); a server without
+        // `--auth` never reads one.
+        Command::Auth(_) => Response::UnknownCommand,
     };
     Outcome::Reply(reply)
 }

@@ -29,9 +29,18 @@
 //! (and without tags): a body and a CRLF follow; a size over the limit is
 //! `JOB_TOO_BIG` (its body skipped), a missing CRLF `EXPECTED_CRLF`. The
 //! word was `UNKNOWN_COMMAND`, so no classic line reads differently.
+//!
+//! # Authentication
+//!
+//! `auth <token>` is read apart ([`parse_auth_line`]), only by a server
+//! with `--auth`: the token is every byte after the first space (none
+//! too: that token is simply wrong), so a token may hold any byte a line
+//! can. Without `--auth` the line stays `UNKNOWN_COMMAND`, as in
+//! beanstalkd.
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use nom::bytes::complete::take_while1;
 use nom::sequence::{preceded, tuple};
 
@@ -39,8 +48,8 @@ use super::number::{
     digits, kick_count, seconds, spaces, u32_field, u64_field, whole, whole_seconds,
 };
 use crate::{
-    is_name_char, Command, JobId, Op, ProtocolError, Rejected, TagName, Tags, TubeName, MAX_BATCH,
-    MAX_SECONDS,
+    is_name_char, Command, JobId, Op, ProtocolError, Rejected, TagName, Tags, Token, TubeName,
+    MAX_BATCH, MAX_SECONDS,
 };
 
 /// The longest `reserve-with-timeout` beanstalkd accepts: C's `INT_MAX` seconds.
@@ -124,6 +133,8 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
     let command = match op {
         Op::Put => return put(args, max_job_size),
         Op::Fire => return fire(args, max_job_size),
+        // Not in WORDS: `parse_auth_line` reads it, when the server may.
+        Op::Auth => return reject(ProtocolError::UnknownCommand, None),
         Op::PauseTube => return pause_tube(args),
         Op::Peek => job_id().map(Command::Peek),
         Op::ReserveJob => job_id().map(Command::ReserveJob),
@@ -168,6 +179,15 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
         || reject(ProtocolError::BadFormat, None),
         CommandLine::Command,
     )
+}
+
+/// `auth <token>`, if `line` (without its CRLF) is one.
+pub fn parse_auth_line(line: &[u8]) -> Option<Command> {
+    let token = line.strip_prefix(b"auth ")?;
+    if token.contains(&0) {
+        return None;
+    }
+    Some(Command::Auth(Token::new(Bytes::copy_from_slice(token))))
 }
 
 /// The first command word `line` starts with, and the text after it.

@@ -16,7 +16,7 @@ use crate::encode::fixed_word;
 use crate::{DupState, JobId, Response, TubeName};
 
 /// Every reply that is one fixed word.
-const FIXED: [Response; 17] = [
+const FIXED: [Response; 21] = [
     Response::Buried,
     Response::ExpectedCrlf,
     Response::JobTooBig,
@@ -34,6 +34,10 @@ const FIXED: [Response; 17] = [
     Response::InternalError,
     Response::BadFormat,
     Response::UnknownCommand,
+    Response::Authenticated,
+    Response::Unauthorized,
+    Response::AuthRequired,
+    Response::Forbidden,
 ];
 
 /// What a reply line says.

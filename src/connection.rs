@@ -20,20 +20,31 @@
 //! pending, answers are written out whenever they pass [`WRITE_HIGH_WATER`]
 //! bytes, and a client that does not read its answers stalls only itself
 //! (its writes block, so its task stops reading).
+//!
+//! With `--auth`, each request goes through the connection's
+//! [`Session`] first (`auth/session.rs`), which answers or refuses it or
+//! lets it run, given the facts the engine knows under the same lock
+//! ([`Known`]). Until the connection authenticates, a `put`'s body is
+//! read with a size limit of 0 (skipped as it arrives), decoding stops
+//! after each `auth` so the lines behind it are read under its outcome,
+//! and reads and writes end at the session's deadline.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use sprout_protocol::codec::ServerCodec;
 use sprout_protocol::encode::encode_response;
-use sprout_protocol::{JobId, Request, Response};
+use sprout_protocol::{Command, JobId, Request, Response, TubeName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio_util::codec::Decoder;
 
-use crate::engine::{ConnId, Outcome};
+use crate::auth::{self, Session, Step};
+use crate::engine::{ConnId, Engine, Outcome, Time};
 use crate::peer::Peer;
 use crate::shared::{Letter, Mailbox, Shared, Submission};
 use crate::store::{self, Progress};
@@ -53,18 +64,25 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let (id, mailbox) = shared.connect();
+    tracing::info!(conn = id, listener = %peer.listener, "connection opened");
+    let session = shared.auth().map(|gate| gate.open(peer, Instant::now()));
+    let codec = match session {
+        Some(_) => ServerCodec::with_auth(max_job_size),
+        None => ServerCodec::new(max_job_size),
+    };
     let mut conn = Connection {
         id,
         stream,
         mailbox,
         progress: shared.store.progress(),
-        codec: ServerCodec::new(max_job_size),
+        codec,
+        max_job_size,
+        session,
         rbuf: BytesMut::new(),
         wbuf: BytesMut::new(),
         pending: VecDeque::new(),
         answers: Vec::new(),
     };
-    tracing::info!(conn = id, listener = %peer.listener, "connection opened");
     match conn.run(&shared).await {
         Ok(()) => tracing::info!(conn = id, "connection closed"),
         Err(e) => tracing::info!(conn = id, error = %e, "connection closed"),
@@ -78,6 +96,10 @@ struct Connection<S> {
     mailbox: Mailbox,
     progress: watch::Receiver<Progress>,
     codec: ServerCodec,
+    /// `-z`, which the codec applies once the connection may put.
+    max_job_size: u32,
+    /// With `--auth`: who the client is.
+    session: Option<Session>,
     rbuf: BytesMut,
     wbuf: BytesMut,
     pending: VecDeque<Request>,
@@ -126,11 +148,23 @@ where
         }
     }
 
-    /// Decodes complete requests from the read buffer, up to [`MAX_PENDING`].
+    /// Decodes complete requests from the read buffer, up to [`MAX_PENDING`]
+    /// (before authenticating: up to the first `auth`).
     fn decode(&mut self) -> io::Result<()> {
+        let anonymous = self.session.as_ref().is_some_and(|s| !s.authenticated());
+        if self.session.is_some() {
+            self.codec
+                .set_max_job_size(if anonymous { 0 } else { self.max_job_size });
+        }
         while self.pending.len() < MAX_PENDING {
             match self.codec.decode(&mut self.rbuf)? {
-                Some(request) => self.pending.push_back(request),
+                Some(request) => {
+                    let auth = matches!(request, Ok(Command::Auth(_)));
+                    self.pending.push_back(request);
+                    if auth && anonymous {
+                        break;
+                    }
+                }
                 None => break,
             }
         }
@@ -140,7 +174,13 @@ where
     /// Reads more input; `false` at end of stream.
     async fn read(&mut self) -> io::Result<bool> {
         self.rbuf.reserve(READ_CHUNK);
-        Ok(self.stream.read_buf(&mut self.rbuf).await? != 0)
+        let deadline = self.deadline();
+        Ok(in_time(deadline, self.stream.read_buf(&mut self.rbuf)).await? != 0)
+    }
+
+    /// When the connection is closed unless it authenticates first.
+    fn deadline(&self) -> Option<Instant> {
+        self.session.as_ref().and_then(Session::deadline)
     }
 
     /// Runs pending requests under one lock until they run out, one parks
@@ -149,14 +189,19 @@ where
         let mut state = shared.lock();
         let mut size = 0;
         while let Some(request) = self.pending.pop_front() {
-            let outcome = match request {
-                // The clock is read per command: `stats-job`'s time-left
-                // truncates like beanstalkd's only if time moves on.
-                Ok(command) => state.engine.execute(self.id, command, shared.clock.now()),
-                Err(rejected) => {
-                    state.engine.reject(self.id, rejected);
-                    Outcome::Reply(rejected.error.into())
-                }
+            // The clock is read per command: `stats-job`'s time-left
+            // truncates like beanstalkd's only if time moves on.
+            let now = shared.clock.now();
+            let outcome = match &mut self.session {
+                None => run(&mut state.engine, self.id, request, now),
+                Some(session) => match gated(&mut state.engine, self.id, session, request, now) {
+                    Ok(outcome) => outcome,
+                    Err(last) => {
+                        let seq = state.submit();
+                        self.answers.push((last, seq));
+                        return Next::Close;
+                    }
+                },
             };
             let named = match &outcome {
                 Outcome::Reply(r @ (Response::Reserved { .. } | Response::Found { .. })) => {
@@ -203,7 +248,8 @@ where
             encode_response(&response, &mut self.wbuf);
         }
         if !self.wbuf.is_empty() {
-            self.stream.write_all(&self.wbuf).await?;
+            let deadline = self.deadline();
+            in_time(deadline, self.stream.write_all(&self.wbuf)).await?;
             self.wbuf.clear();
         }
         Ok(())
@@ -277,6 +323,87 @@ where
         };
         drop(state);
         self.answers.push(letter);
+    }
+}
+
+/// Runs `request` for `conn` as the engine takes it.
+fn run(engine: &mut Engine, conn: ConnId, request: Request, now: Time) -> Outcome {
+    match request {
+        Ok(command) => engine.execute(conn, command, now),
+        Err(rejected) => {
+            engine.reject(conn, rejected);
+            Outcome::Reply(rejected.error.into())
+        }
+    }
+}
+
+/// Runs `request` for `conn` as its `session` allows; `Err`: answer
+/// this, then close.
+fn gated(
+    engine: &mut Engine,
+    conn: ConnId,
+    session: &mut Session,
+    request: Request,
+    now: Time,
+) -> Result<Outcome, Response> {
+    let step = session.screen(request, &Known { engine, conn }, Instant::now());
+    Ok(match step {
+        Step::Run(request) => run(engine, conn, request, now),
+        Step::Seeing(command) => {
+            let sees = |tube: &TubeName| session.may_inspect(tube.as_str());
+            engine.execute_seeing(conn, command, now, &sees)
+        }
+        Step::Audited(command) => {
+            let outcome = engine.execute(conn, command.clone(), now);
+            if let Outcome::Reply(answer) = &outcome {
+                session.audit_admin(&command, answer);
+            }
+            outcome
+        }
+        Step::Answer(response) => Outcome::Reply(response),
+        Step::Last(response) => return Err(response),
+        Step::Close => Outcome::Close,
+    })
+}
+
+/// What the access checks read of the engine, for one connection.
+struct Known<'a> {
+    engine: &'a Engine,
+    conn: ConnId,
+}
+
+impl auth::Facts for Known<'_> {
+    fn used(&self) -> &str {
+        self.engine.used_tube(self.conn).as_str()
+    }
+
+    fn watched(&self) -> impl Iterator<Item = &str> {
+        self.engine.watched_tubes(self.conn).map(TubeName::as_str)
+    }
+
+    fn job(&self, id: JobId) -> Option<auth::JobFacts<'_>> {
+        let (tube, mine) = self.engine.job_access(self.conn, id)?;
+        Some(auth::JobFacts {
+            tube: tube.as_str(),
+            mine,
+        })
+    }
+}
+
+/// `io`, ended with `TimedOut` at `deadline` if there is one.
+async fn in_time<T>(
+    deadline: Option<Instant>,
+    io: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    let Some(deadline) = deadline else {
+        return io.await;
+    };
+    match tokio::time::timeout_at(deadline.into(), io).await {
+        Ok(done) => done,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no authentication before the deadline",
+        )),
     }
 }
 

@@ -15,8 +15,10 @@
 //!   `alarm` (what wakes the timer thread early), `binlog_stats` (the
 //!   store's counters, which the engine's `stats` and `/metrics` read),
 //!   `peer` (who is at the other end of a connection: address, listener,
-//!   client certificate), `percent` (URL encoding), [`service`] (systemd readiness and socket
-//!   activation), [`user`] (`-u`).
+//!   client certificate), [`auth`] (`--auth`: the policy, the access
+//!   decision, a connection's session, the audit trail; it knows only the
+//!   protocol and `peer`), `percent` (URL encoding), [`service`] (systemd
+//!   readiness and socket activation), [`user`] (`-u`).
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
 //!   No sockets, no threads, no clock reads; table-tested with explicit
@@ -51,7 +53,11 @@
 //! 2. **Connection**: `connection.rs` reads into a buffer and decodes every
 //!    complete request (`sprout_protocol::codec::ServerCodec`); a request
 //!    the parser refuses is already its beanstalkd error, which
-//!    `Engine::reject` counts as beanstalkd does.
+//!    `Engine::reject` counts as beanstalkd does. With `--auth`, the
+//!    connection's `auth::Session` screens each request first: `auth`
+//!    itself, AUTH_REQUIRED before it, FORBIDDEN outside the grants
+//!    (`auth/decide.rs`, from facts the engine reads out in
+//!    `engine/access.rs`), the audit trail for admin actions.
 //! 3. **Engine**: under one lock (`shared::Shared::lock`) the connection
 //!    runs all it decoded, each with a fresh clock reading, through
 //!    [`engine::Engine::execute`], which fires what is due and dispatches
@@ -94,6 +100,9 @@
 //!   `tagged` flag in `discard`, `make_reserved`, `unreserve`, `restore`),
 //!   the batch commands in `engine/batch.rs`, the tags' bytes in the store
 //!   in `store/extras.rs`.
+//! * Who may run a command (`--auth`): `auth/decide.rs`, one pure
+//!   function over the principal's grants; who a connection is and what
+//!   it may do before `auth`: `auth/session.rs`.
 //! * The admin API's changes: `engine/admin.rs`; its reads:
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
 //! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 
+use sprout::auth::{log_directive, Gate, Policy};
 use sprout::bridge::{self, config::BridgeArgs};
 use sprout::cli::{self, Args, LogFormat, Mode};
 use sprout::server::{self, Listener, Server};
@@ -12,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let args = cli::parse();
-    init_logging(args.verbose, args.log_format);
+    init_logging(args.verbose, args.log_format, args.auth.file.is_some());
     // Before any other thread exists: reads LISTEN_FDS and marks the
     // descriptors close-on-exec.
     let inherited = match service::inherited_sockets() {
@@ -63,6 +64,11 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
             sprout_protocol::MAX_JOB_SIZE_LIMIT
         );
     }
+    // Before anything is bound: a policy is read whole or not at all.
+    let gate = match args.auth.file.as_deref().map(Policy::load).transpose() {
+        Ok(policy) => policy.map(Gate::new),
+        Err(e) => return fail("--auth", std::io::Error::other(e)),
+    };
     let listeners = match listen(&args, inherited).await {
         Ok(listeners) => listeners,
         Err((what, e)) => return fail(&what, e),
@@ -130,7 +136,7 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         Ok(None) => Server::open(listeners, &args),
     };
     let server = match opened {
-        Ok(server) => server.with_http(http),
+        Ok(server) => server.with_http(http).with_auth(gate),
         Err(e) => return fail("cannot start", e),
     };
     if let Some(config) = embedded {
@@ -183,13 +189,20 @@ async fn listen(
     Ok(listeners)
 }
 
-fn init_logging(verbose: u8, format: LogFormat) {
+/// Logging on stderr: `-V`'s level unless `RUST_LOG` says otherwise; with
+/// `--auth`, the audit trail at info level unless `RUST_LOG` names it
+/// (`auth/audit.rs`).
+fn init_logging(verbose: u8, format: LogFormat, audit: bool) {
     let level = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let rust_log = std::env::var("RUST_LOG").ok();
+    if let Some(directive) = audit.then(|| log_directive(rust_log.as_deref())).flatten() {
+        filter = filter.add_directive(directive.parse().expect("a valid directive"));
+    }
     let logger = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

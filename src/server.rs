@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::Instrument;
 
+use crate::auth::Gate;
 use crate::binlog_stats::BinlogStats;
 use crate::cli::Args;
 use crate::cluster;
@@ -260,6 +261,24 @@ impl Server {
             http: None,
             cluster: Some(side),
         })
+    }
+
+    /// Puts every connection through `gate` (`--auth`). A listener the
+    /// policy names that this server does not listen on is worth a
+    /// warning: its connections would have to authenticate after all.
+    pub fn with_auth(self, gate: Option<Gate>) -> Server {
+        let Some(gate) = gate else { return self };
+        let bound: Vec<String> = self.listeners.iter().map(Listener::to_string).collect();
+        for named in gate.policy().listeners() {
+            if !bound.iter().any(|l| l == named) {
+                tracing::warn!(
+                    listener = named,
+                    "--auth: the policy names a listener this server does not have"
+                );
+            }
+        }
+        self.shared.set_auth(Arc::new(gate));
+        self
     }
 
     /// Serves `port` (bound before recovery, see [`http`]) once running.

@@ -1,6 +1,6 @@
 //! The state every connection task works on: the engine under one short lock,
 //! the store its changes go to, the mailboxes of connections blocked in
-//! `reserve`, and the timer's alarm.
+//! `reserve`, the timer's alarm, and with `--auth` the access gate.
 //!
 //! [`Shared::lock`] returns a guard that, when dropped, hands the engine's
 //! remaining records to the store, delivers the answers the engine produced
@@ -11,12 +11,13 @@
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use sprout_protocol::{JobId, Response};
 use tokio::sync::mpsc;
 
 use crate::alarm::Alarm;
+use crate::auth::Gate;
 use crate::engine::{Clock, ConnId, Engine, Time};
 use crate::store::{Progress, Seq, Store};
 
@@ -62,6 +63,8 @@ pub struct Shared {
     pub alarm: Alarm,
     /// When the timer thread is set to wake ([`Time::MAX`]: not at all).
     alarm_at: AtomicU64,
+    /// With `--auth`: set once, before the first connection is accepted.
+    auth: OnceLock<Arc<Gate>>,
 }
 
 /// What [`Shared::lock`] guards: the engine, and the mailboxes its late
@@ -85,7 +88,18 @@ impl Shared {
             store,
             alarm: Alarm::default(),
             alarm_at: AtomicU64::new(Time::MAX),
+            auth: OnceLock::new(),
         }
+    }
+
+    /// Turns `--auth` on: from now on connections go through `gate`.
+    pub fn set_auth(&self, gate: Arc<Gate>) {
+        let _ = self.auth.set(gate);
+    }
+
+    /// The access gate, with `--auth`.
+    pub fn auth(&self) -> Option<&Arc<Gate>> {
+        self.auth.get()
     }
 
     pub fn lock(&self) -> Locked<'_> {

@@ -905,7 +905,12 @@ fn auth_lines_with_auth() {
         (b"authx\r\n", UNKNOWN),
         (b"auth a\0b\r\n", BAD),
     ] {
-        assert_eq!(decode_auth(line), [want], "{}", String::from_utf8_lossy(line));
+        assert_eq!(
+            decode_auth(line),
+            [want],
+            "{}",
+            String::from_utf8_lossy(line)
+        );
     }
     // Every other line reads as without `--auth`.
     assert_eq!(

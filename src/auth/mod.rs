@@ -8,19 +8,47 @@
 //!   command and what the engine knows.
 //! - `token.rs`: token hashes and `sprout hash-token`; `cert.rs`: naming
 //!   a client certificate.
+//! - `gate.rs`: what connections share (the policy, failures per address
+//!   in `limit.rs`, the metrics' figures); `session.rs`: one
+//!   connection's principal and what becomes of each request it sends.
+//! - `audit.rs`: the audit trail (target `sprout::audit`).
+//!
+//! Without `--auth` none of this runs: the connection decodes with
+//! beanstalkd's dialect (`auth` is an unknown command) and every byte is
+//! as before.
+//!
+//! Decisions the issue left open, as a production server should make
+//! them (each explained where it is made): the token is every byte after
+//! `auth ` (`protocol`); a malformed line before authenticating answers
+//! AUTH_REQUIRED like any other; a wrong `auth` on an authenticated
+//! connection keeps its principal, a good one switches; the failure count
+//! is per connection and never reset; rate limiting is per IPv4 address
+//! or IPv6 /64 over a sliding minute (`limit.rs`); a certificate whose
+//! names map to two principals is none of them; principal names are
+//! label-safe and `unauthenticated`/`local` are reserved (`policy.rs`);
+//! a principal nothing can act as is a load error; FORBIDDEN refusals
+//! are audited too (`audit.rs`); connections without a principal get
+//! [`AUTH_DEADLINE`] to authenticate.
 
+mod audit;
 mod cert;
 mod decide;
+mod gate;
 mod glob;
 mod grant;
+mod limit;
 mod policy;
+mod session;
 mod token;
 
 use std::path::PathBuf;
 
+pub use audit::log_directive;
 pub use decide::{decide, Decision, Facts, JobFacts, Need};
+pub use gate::{Gate, AUTH_DEADLINE};
 pub use grant::{Action, Grants};
 pub use policy::{ByCert, LoadError, Policy, Principal, PrincipalId};
+pub use session::{Session, Step};
 pub use token::hash_token_command;
 
 /// `--auth`: the flag that turns authentication on.

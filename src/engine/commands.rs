@@ -495,12 +495,18 @@ impl Engine {
     /// The `stats` document (also `/metrics`' source, through `browse.rs`).
     /// Reads only.
     pub(super) fn stats_document(&self) -> Bytes {
+        self.stats_document_of(&self.stats, self.tubes.list().len())
+    }
+
+    /// The `stats` document with these counters and this many tubes
+    /// (`access.rs` shows a principal the tubes it may inspect).
+    pub(super) fn stats_document_of(&self, counters: &stats::Stats, tubes: usize) -> Bytes {
         let document = stats::server(
-            &self.stats,
+            counters,
             &stats::ServerFacts {
                 config: &self.config,
                 host: &self.host,
-                tubes: self.tubes.list().len(),
+                tubes,
                 uptime: self.now - self.started,
                 draining: self.draining,
                 cluster: self.cluster.as_ref(),

@@ -22,6 +22,7 @@ use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response, URG
 
 use crate::binlog_stats::BinlogStats;
 
+mod access;
 mod admin;
 #[cfg(test)]
 mod admin_tests;
@@ -235,13 +236,25 @@ impl Engine {
     /// ready for this command. A connection blocked in `reserve` should not
     /// send commands; if it does, it silently stops waiting.
     pub fn execute(&mut self, conn: ConnId, cmd: Command, now: Time) -> Outcome {
+        self.run(conn, cmd, now, commands::dispatch)
+    }
+
+    /// What every command goes through: what is due fires, the command is
+    /// counted and ends a wait, `dispatch` runs it, what became due fires.
+    fn run(
+        &mut self,
+        conn: ConnId,
+        cmd: Command,
+        now: Time,
+        dispatch: impl FnOnce(&mut Engine, ConnId, Command) -> Outcome,
+    ) -> Outcome {
         self.tick(now);
         if !self.conns.contains_key(&conn) {
             return Outcome::Close;
         }
         self.stats.count(cmd.op());
         self.stop_waiting(conn);
-        let outcome = commands::dispatch(self, conn, cmd);
+        let outcome = dispatch(self, conn, cmd);
         self.tick(now);
         outcome
     }

@@ -24,7 +24,7 @@ const SECOND: Time = 1_000_000;
 
 /// Server-wide counters. Per-tube counters live in [`Tube`], per-job ones
 /// in [`JobRow`].
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Stats {
     ops: [u64; Op::ALL.len()],
     pub(super) urgent: u64,

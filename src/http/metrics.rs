@@ -8,7 +8,8 @@
 //! as that exporter has them (`pid`, which it skips, and text such as
 //! `version` are left out; `draining` is 0 or 1). What no beanstalkd
 //! exposes is under `sprout_`: per-tube latency histograms, the age of the
-//! oldest ready job, the store's size, and the journal's writes and syncs.
+//! oldest ready job, the store's size, and the journal's writes and syncs,
+//! and with `--auth` the connections by principal and the failed `auth`s.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use prometheus_client::registry::Registry;
 
 use std::sync::atomic::Ordering;
 
+use crate::auth::Gate;
 use crate::binlog_stats::{BinlogStats, SYNC_BOUNDS_MICROS};
 use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
 
@@ -44,7 +46,9 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> 
         store_bytes,
         journal: store_bytes.map(|_| Journal::of(engine.binlog())),
         bridge: None,
+        auth: None,
     })?;
+    snapshot.auth = app.server()?.auth().map(|gate| AuthFigures::of(gate));
     snapshot.bridge = app.bridge().map(|b| BridgeFigures::of(b, &snapshot.tubes));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(snapshot));
@@ -62,6 +66,48 @@ struct Snapshot {
     /// With `-b`: the journal's writes and syncs.
     journal: Option<Journal>,
     bridge: Option<BridgeFigures>,
+    /// With `--auth`.
+    auth: Option<AuthFigures>,
+}
+
+/// The access gate's figures (`auth/gate.rs`): open connections by
+/// principal (a label set the policy bounds), failed `auth`s.
+struct AuthFigures {
+    connections: Vec<(String, i64)>,
+    failures: u64,
+}
+
+impl AuthFigures {
+    fn of(gate: &Gate) -> AuthFigures {
+        let connections = gate.connections().into_iter();
+        AuthFigures {
+            connections: connections.map(|(p, n)| (p.to_owned(), n)).collect(),
+            failures: gate.failures_total(),
+        }
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        encoder
+            .encode_descriptor(
+                "sprout_auth_failures",
+                "Failed auth commands (wrong token, or refused for the address's recent failures)",
+                None,
+                MetricType::Counter,
+            )?
+            .encode_counter::<NoLabelSet, _, u64>(&self.failures, None)?;
+        let mut metric = encoder.encode_descriptor(
+            "sprout_connections",
+            "Open beanstalk connections by principal (unauthenticated: none yet; local: the embedded bridge)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (principal, n) in &self.connections {
+            metric
+                .encode_family(&[("principal", principal.as_str())])?
+                .encode_gauge(n)?;
+        }
+        Ok(())
+    }
 }
 
 /// The journal's figures (`store/journal.rs`).
@@ -129,6 +175,9 @@ impl Collector for Snapshot {
         self.encode_tube_stats(&mut encoder)?;
         self.encode_latency(&mut encoder)?;
         self.encode_journal(&mut encoder)?;
+        if let Some(auth) = &self.auth {
+            auth.encode(&mut encoder)?;
+        }
         let oldest: Vec<(&TubeFigures, f64)> = self
             .tubes
             .iter()

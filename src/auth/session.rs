@@ -1,0 +1,218 @@
+//! One connection under `--auth`: who it is, and what becomes of each
+//! request it sends ([`Session::screen`]).
+//!
+//! Who it is at the start: the embedded bridge's in-process connections
+//! are trusted as the server itself; else the principal its verified
+//! client certificate names; else the one its listener gives connections
+//! without a credential; else nobody yet, and it must `auth` within
+//! [`AUTH_DEADLINE`](super::gate::AUTH_DEADLINE) or be closed.
+//!
+//! Before it is someone, every request but `auth` and `quit` (a line the
+//! parser refused too) answers AUTH_REQUIRED and changes nothing, not
+//! even a counter of `stats`; the connection reads a `put`'s body with a
+//! size limit of 0, so it is skipped as it arrives, never held.
+//!
+//! `auth` answers AUTHENTICATED or UNAUTHORIZED. On a connection that
+//! already is someone, a good token switches it to that token's
+//! principal (a client may hold several credentials); a wrong one leaves
+//! it as it was. The third failure on a connection (successes between do
+//! not reset the count) answers UNAUTHORIZED and closes it; an address
+//! that failed too often lately is refused without a look at the token
+//! (`limit.rs`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sprout_protocol::{Command, Request, Response, Token};
+
+use super::audit::{self, Actor};
+use super::decide::{decide, Decision, Facts};
+use super::gate::{Gate, AUTH_DEADLINE};
+use super::grant::Action;
+use super::policy::{ByCert, PrincipalId};
+use crate::peer::Peer;
+
+/// Failed `auth`s a connection may make; the last closes it.
+pub const MAX_FAILURES: u8 = 3;
+
+/// A connection's principal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    /// In-process (`Peer::local()`): trusted as the server.
+    Local,
+    Principal(PrincipalId),
+    /// Not yet authenticated.
+    Nobody,
+}
+
+/// What to do with one request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Run it as a server without `--auth` would.
+    Run(Request),
+    /// Run it over the tubes the principal may inspect
+    /// ([`Session::may_inspect`]).
+    Seeing(Command),
+    /// Run it, then [`Session::audit_admin`] its answer.
+    Audited(Command),
+    /// Answer this; run nothing.
+    Answer(Response),
+    /// Answer this, then close the connection.
+    Last(Response),
+    /// Close without an answer (`quit` before authenticating).
+    Close,
+}
+
+/// One connection's standing.
+#[derive(Debug)]
+pub struct Session {
+    gate: Arc<Gate>,
+    peer: Peer,
+    who: Who,
+    failures: u8,
+    /// While nobody: when the connection is closed.
+    deadline: Option<Instant>,
+}
+
+impl Session {
+    pub(super) fn open(gate: Arc<Gate>, peer: Peer, now: Instant) -> Session {
+        let who = first_principal(&gate, &peer);
+        gate.count(None, Some(who));
+        Session {
+            deadline: (who == Who::Nobody).then(|| now + AUTH_DEADLINE),
+            gate,
+            peer,
+            who,
+            failures: 0,
+        }
+    }
+
+    /// Whether the connection has a principal (or is trusted).
+    pub fn authenticated(&self) -> bool {
+        self.who != Who::Nobody
+    }
+
+    /// When the connection is closed unless it authenticates first.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// May the principal inspect `tube`? (What `list-tubes` and `stats`
+    /// show of it, after [`Step::Seeing`].)
+    pub fn may_inspect(&self, tube: &str) -> bool {
+        match self.who {
+            Who::Local => true,
+            Who::Principal(id) => self
+                .gate
+                .policy()
+                .principal(id)
+                .grants
+                .allows(Action::Inspect, tube),
+            Who::Nobody => false,
+        }
+    }
+
+    /// What becomes of `request`; `facts` is what the engine knows.
+    pub fn screen(&mut self, request: Request, facts: &impl Facts, now: Instant) -> Step {
+        let command = match request {
+            Ok(Command::Auth(token)) => return self.authenticate(&token, now),
+            Ok(command) => command,
+            Err(_) if self.who == Who::Nobody => return Step::Answer(Response::AuthRequired),
+            Err(rejected) => return Step::Run(Err(rejected)),
+        };
+        let id = match self.who {
+            Who::Local => return Step::Run(Ok(command)),
+            Who::Nobody if command == Command::Quit => return Step::Close,
+            Who::Nobody => return Step::Answer(Response::AuthRequired),
+            Who::Principal(id) => id,
+        };
+        match decide(&self.gate.policy().principal(id).grants, &command, facts) {
+            Decision::Allow => Step::Run(Ok(command)),
+            Decision::Admin => Step::Audited(command),
+            Decision::Inspectable => Step::Seeing(command),
+            Decision::Forbidden(need) => {
+                audit::forbidden(&self.actor(), &command, &need);
+                Step::Answer(Response::Forbidden)
+            }
+        }
+    }
+
+    /// Records an admin action and its answer.
+    pub fn audit_admin(&self, command: &Command, answer: &Response) {
+        audit::admin(&self.actor(), command, answer);
+    }
+
+    fn authenticate(&mut self, token: &Token, now: Instant) -> Step {
+        let outcome = match self.gate.check(token.as_bytes(), &self.peer.addr, now) {
+            Ok(Some(id)) => {
+                self.become_(Who::Principal(id));
+                audit::auth(&self.actor(), "authenticated");
+                return Step::Answer(Response::Authenticated);
+            }
+            Ok(None) => "unauthorized",
+            Err(_) => "rate-limited",
+        };
+        self.failures += 1;
+        if self.failures >= MAX_FAILURES {
+            audit::auth(&self.actor(), "closed");
+            return Step::Last(Response::Unauthorized);
+        }
+        audit::auth(&self.actor(), outcome);
+        Step::Answer(Response::Unauthorized)
+    }
+
+    fn become_(&mut self, who: Who) {
+        self.gate.count(Some(self.who), Some(who));
+        self.who = who;
+        self.deadline = None;
+    }
+
+    fn actor(&self) -> Actor<'_> {
+        Actor {
+            principal: self.gate.name(self.who),
+            peer: &self.peer,
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.gate.count(Some(self.who), None);
+    }
+}
+
+/// Who a new connection from `peer` is (see the module docs).
+fn first_principal(gate: &Gate, peer: &Peer) -> Who {
+    if *peer == Peer::local() {
+        return Who::Local;
+    }
+    if let Some(cert) = &peer.cert {
+        match gate.policy().by_cert(cert) {
+            ByCert::One(id) => {
+                let who = Who::Principal(id);
+                let actor = Actor {
+                    principal: gate.name(who),
+                    peer,
+                };
+                audit::certificate(&actor, "authenticated");
+                return who;
+            }
+            ByCert::Ambiguous => {
+                let actor = Actor {
+                    principal: gate.name(Who::Nobody),
+                    peer,
+                };
+                audit::certificate(&actor, "ambiguous");
+            }
+            ByCert::None => {}
+        }
+    }
+    match gate.policy().for_listener(&peer.listener) {
+        Some(id) => Who::Principal(id),
+        None => Who::Nobody,
+    }
+}
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

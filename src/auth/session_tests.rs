@@ -1,0 +1,274 @@
+//! A connection's standing, request by request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sprout_protocol::{JobId, ProtocolError, Rejected, TubeName};
+
+use super::*;
+use crate::auth::decide::JobFacts;
+use crate::auth::policy::Policy;
+use crate::auth::token::TokenHash;
+use crate::peer::CertIdentity;
+
+fn policy() -> Policy {
+    let text = format!(
+        r#"
+[[principal]]
+name = "producer"
+tokens = ["{producer}"]
+grants = [{{ tubes = ["orders.*"], actions = ["produce"] }}]
+
+[[principal]]
+name = "ops"
+tokens = ["{ops}"]
+certs = ["CN=ops-1"]
+grants = [{{ tubes = ["*"], actions = ["inspect", "admin"] }}]
+
+[[principal]]
+name = "reader"
+grants = [{{ tubes = ["orders.*"], actions = ["inspect"] }}]
+
+[listeners]
+"unix:/run/sprout.sock" = "reader"
+"#,
+        producer = TokenHash::of(b"producer-token"),
+        ops = TokenHash::of(b"ops-token"),
+    );
+    Policy::parse(&text, "test.toml").unwrap()
+}
+
+fn gate() -> Arc<Gate> {
+    Arc::new(Gate::new(policy()))
+}
+
+fn peer(addr: &str, listener: &str) -> Peer {
+    Peer {
+        addr: addr.into(),
+        listener: listener.into(),
+        cert: None,
+    }
+}
+
+fn tcp(addr: &str) -> Peer {
+    peer(addr, "127.0.0.1:11300")
+}
+
+struct Known;
+
+impl Facts for Known {
+    fn used(&self) -> &str {
+        "orders.eu"
+    }
+    fn watched(&self) -> impl Iterator<Item = &str> {
+        ["default"].into_iter()
+    }
+    fn job(&self, id: JobId) -> Option<JobFacts<'_>> {
+        let jobs = HashMap::from([(1, "orders.eu")]);
+        jobs.get(&id).map(|&tube| JobFacts { tube, mine: false })
+    }
+}
+
+fn auth(token: &str) -> Request {
+    Ok(Command::Auth(Token::new(token.to_owned())))
+}
+
+fn tube(name: &str) -> TubeName {
+    TubeName::new(name.as_bytes()).unwrap()
+}
+
+fn answer(response: Response) -> Step {
+    Step::Answer(response)
+}
+
+#[test]
+fn before_authenticating() {
+    let gate = gate();
+    let now = Instant::now();
+    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    assert!(!s.authenticated());
+    assert_eq!(s.deadline(), Some(now + AUTH_DEADLINE));
+    let refused = Err(Rejected {
+        error: ProtocolError::JobTooBig,
+        counted: Some(sprout_protocol::Op::Put),
+    });
+    for request in [
+        Ok(Command::Stats),
+        Ok(Command::Use(tube("orders.eu"))),
+        Ok(Command::ListTubes),
+        refused,
+        Err(Rejected {
+            error: ProtocolError::UnknownCommand,
+            counted: None,
+        }),
+    ] {
+        let shown = format!("{request:?}");
+        assert_eq!(
+            s.screen(request, &Known, now),
+            answer(Response::AuthRequired),
+            "{shown}"
+        );
+    }
+    assert_eq!(s.screen(Ok(Command::Quit), &Known, now), Step::Close);
+}
+
+#[test]
+fn a_good_token_then_the_grants() {
+    let gate = gate();
+    let now = Instant::now();
+    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    assert_eq!(
+        s.screen(auth("producer-token"), &Known, now),
+        answer(Response::Authenticated)
+    );
+    assert!(s.authenticated());
+    assert_eq!(s.deadline(), None);
+    let put = Command::Put {
+        pri: 0,
+        delay: Duration::ZERO,
+        ttr: Duration::from_secs(1),
+        body: bytes::Bytes::new(),
+        tags: None,
+    };
+    assert_eq!(s.screen(Ok(put.clone()), &Known, now), Step::Run(Ok(put)));
+    assert_eq!(
+        s.screen(Ok(Command::Kick(1)), &Known, now),
+        answer(Response::Forbidden)
+    );
+    assert_eq!(
+        s.screen(Ok(Command::ListTubes), &Known, now),
+        Step::Seeing(Command::ListTubes)
+    );
+    // A parse error, once someone: the engine's own answer.
+    let bad = Err(Rejected {
+        error: ProtocolError::BadFormat,
+        counted: None,
+    });
+    assert_eq!(s.screen(bad.clone(), &Known, now), Step::Run(bad));
+    // Switching principal.
+    assert_eq!(
+        s.screen(auth("ops-token"), &Known, now),
+        answer(Response::Authenticated)
+    );
+    assert_eq!(
+        s.screen(Ok(Command::Kick(1)), &Known, now),
+        Step::Audited(Command::Kick(1))
+    );
+    assert_eq!(
+        s.screen(Ok(Command::Stats), &Known, now),
+        Step::Run(Ok(Command::Stats))
+    );
+    // A wrong token leaves it as it was.
+    assert_eq!(
+        s.screen(auth("nope"), &Known, now),
+        answer(Response::Unauthorized)
+    );
+    assert_eq!(
+        s.screen(Ok(Command::Kick(1)), &Known, now),
+        Step::Audited(Command::Kick(1))
+    );
+}
+
+#[test]
+fn the_third_failure_closes() {
+    let gate = gate();
+    let now = Instant::now();
+    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    assert_eq!(
+        s.screen(auth("a"), &Known, now),
+        answer(Response::Unauthorized)
+    );
+    assert_eq!(
+        s.screen(auth("producer-token"), &Known, now),
+        answer(Response::Authenticated)
+    );
+    assert_eq!(
+        s.screen(auth(""), &Known, now),
+        answer(Response::Unauthorized)
+    );
+    assert_eq!(
+        s.screen(auth("c"), &Known, now),
+        Step::Last(Response::Unauthorized)
+    );
+    assert_eq!(gate.failures_total(), 3);
+}
+
+#[test]
+fn ten_failures_from_one_address_lock_it_out() {
+    let gate = gate();
+    let now = Instant::now();
+    let mut sessions: Vec<Session> = (0..4)
+        .map(|i| gate.open(tcp(&format!("10.0.0.1:{}", 5000 + i)), now))
+        .collect();
+    for n in 0..10 {
+        let s = &mut sessions[n / 3];
+        assert!(matches!(
+            s.screen(auth("wrong"), &Known, now),
+            Step::Answer(Response::Unauthorized) | Step::Last(Response::Unauthorized)
+        ));
+    }
+    // The good token is not even looked at now, from that address.
+    assert_eq!(
+        sessions[3].screen(auth("ops-token"), &Known, now),
+        answer(Response::Unauthorized)
+    );
+    assert!(!sessions[3].authenticated());
+    // Another address is served.
+    let mut other = gate.open(tcp("10.0.0.2:5000"), now);
+    assert_eq!(
+        other.screen(auth("ops-token"), &Known, now),
+        answer(Response::Authenticated)
+    );
+    // A minute later, the address may try again.
+    let later = now + Duration::from_secs(61);
+    assert_eq!(
+        sessions[3].screen(auth("ops-token"), &Known, later),
+        answer(Response::Authenticated)
+    );
+    assert_eq!(gate.failures_total(), 11);
+}
+
+#[test]
+fn who_a_connection_is_at_the_start() {
+    let gate = gate();
+    let now = Instant::now();
+    let by_listener = gate.open(peer("unix", "unix:/run/sprout.sock"), now);
+    assert!(by_listener.authenticated());
+    assert!(by_listener.may_inspect("orders.eu"));
+    assert!(!by_listener.may_inspect("default"));
+    let mut by_cert = tcp("10.0.0.3:1");
+    by_cert.cert = Some(CertIdentity {
+        common_name: Some("ops-1".into()),
+        sans: vec![],
+    });
+    let by_cert = gate.open(by_cert, now);
+    assert!(by_cert.may_inspect("default"));
+    assert_eq!(by_cert.deadline(), None);
+    // A certificate the policy does not know: the listener decides.
+    let mut stranger = peer("unix", "unix:/run/sprout.sock");
+    stranger.cert = Some(CertIdentity {
+        common_name: Some("stranger".into()),
+        sans: vec![],
+    });
+    assert!(gate.open(stranger, now).may_inspect("orders.eu"));
+    let mut local = gate.open(Peer::local(), now);
+    assert_eq!(
+        local.screen(Ok(Command::Kick(1)), &Known, now),
+        Step::Run(Ok(Command::Kick(1)))
+    );
+    let nobody = gate.open(tcp("10.0.0.4:1"), now);
+    assert!(!nobody.authenticated());
+    let counts: Vec<(&str, i64)> = gate.connections();
+    assert_eq!(
+        counts,
+        [
+            ("producer", 0),
+            ("ops", 1),
+            ("reader", 1),
+            ("unauthenticated", 1),
+            ("local", 1)
+        ]
+    );
+    drop((by_listener, by_cert, local, nobody));
+    assert!(gate.connections().iter().all(|&(_, n)| n == 0));
+}

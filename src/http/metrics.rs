@@ -71,7 +71,10 @@ struct Snapshot {
 }
 
 /// The access gate's figures (`auth/gate.rs`): open connections by
-/// principal (a label set the policy bounds), failed `auth`s.
+/// principal (a label set the policy bounds), failed `auth`s. The
+/// failures are a counter, unlike the counts `stats` has (gauges, as
+/// beanstalkd_exporter has them): nothing else names it, so it may be
+/// what it is, and it reads `sprout_auth_failures_total` in PromQL.
 struct AuthFigures {
     connections: Vec<(String, i64)>,
     failures: u64,

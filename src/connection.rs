@@ -65,7 +65,9 @@ where
 {
     let (id, mailbox) = shared.connect();
     tracing::info!(conn = id, listener = %peer.listener, "connection opened");
-    let session = shared.auth().map(|gate| gate.open(peer, Instant::now()));
+    let session = shared
+        .auth()
+        .map(|gate| Session::open(gate.clone(), peer, Instant::now()));
     let codec = match session {
         Some(_) => ServerCodec::with_auth(max_job_size),
         None => ServerCodec::new(max_job_size),

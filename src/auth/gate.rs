@@ -9,17 +9,25 @@
 //! the label set is bounded by the policy file, never by clients.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::limit::Failures;
 use super::policy::{Policy, PrincipalId};
-use super::session::{Session, Who};
-use crate::peer::Peer;
 
 /// How long a connection without a principal has to authenticate (the
 /// TLS handshake's default time limit, which it will share).
 pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A connection's principal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Who {
+    /// In-process (`Peer::local()`): trusted as the server.
+    Local,
+    Principal(PrincipalId),
+    /// Not yet authenticated.
+    Nobody,
+}
 
 /// The state connections share under `--auth`.
 #[derive(Debug)]
@@ -45,12 +53,6 @@ impl Gate {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// A new connection from `peer`: who it is at the start (see
-    /// `session.rs`).
-    pub fn open(self: &Arc<Self>, peer: Peer, now: Instant) -> Session {
-        Session::open(self.clone(), peer, now)
     }
 
     /// Open connections by principal (label, count), for `/metrics`.

@@ -27,23 +27,13 @@ use sprout_protocol::{Command, Request, Response, Token};
 
 use super::audit::{self, Actor};
 use super::decide::{decide, Decision, Facts};
-use super::gate::{Gate, AUTH_DEADLINE};
+use super::gate::{Gate, Who, AUTH_DEADLINE};
 use super::grant::Action;
-use super::policy::{ByCert, PrincipalId};
+use super::policy::ByCert;
 use crate::peer::Peer;
 
 /// Failed `auth`s a connection may make; the last closes it.
 pub const MAX_FAILURES: u8 = 3;
-
-/// A connection's principal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Who {
-    /// In-process (`Peer::local()`): trusted as the server.
-    Local,
-    Principal(PrincipalId),
-    /// Not yet authenticated.
-    Nobody,
-}
 
 /// What to do with one request.
 #[derive(Debug, PartialEq, Eq)]
@@ -75,7 +65,8 @@ pub struct Session {
 }
 
 impl Session {
-    pub(super) fn open(gate: Arc<Gate>, peer: Peer, now: Instant) -> Session {
+    /// A new connection from `peer` (see the module docs for who it is).
+    pub fn open(gate: Arc<Gate>, peer: Peer, now: Instant) -> Session {
         let who = first_principal(&gate, &peer);
         gate.count(None, Some(who));
         Session {

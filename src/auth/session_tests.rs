@@ -85,7 +85,7 @@ fn answer(response: Response) -> Step {
 fn before_authenticating() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
     assert!(!s.authenticated());
     assert_eq!(s.deadline(), Some(now + AUTH_DEADLINE));
     let refused = Err(Rejected {
@@ -116,7 +116,7 @@ fn before_authenticating() {
 fn a_good_token_then_the_grants() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
     assert_eq!(
         s.screen(auth("producer-token"), &Known, now),
         answer(Response::Authenticated)
@@ -173,7 +173,7 @@ fn a_good_token_then_the_grants() {
 fn the_third_failure_closes() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = gate.open(tcp("10.0.0.1:5000"), now);
+    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
     assert_eq!(
         s.screen(auth("a"), &Known, now),
         answer(Response::Unauthorized)
@@ -198,7 +198,7 @@ fn ten_failures_from_one_address_lock_it_out() {
     let gate = gate();
     let now = Instant::now();
     let mut sessions: Vec<Session> = (0..4)
-        .map(|i| gate.open(tcp(&format!("10.0.0.1:{}", 5000 + i)), now))
+        .map(|i| Session::open(gate.clone(), tcp(&format!("10.0.0.1:{}", 5000 + i)), now))
         .collect();
     for n in 0..10 {
         let s = &mut sessions[n / 3];
@@ -214,7 +214,7 @@ fn ten_failures_from_one_address_lock_it_out() {
     );
     assert!(!sessions[3].authenticated());
     // Another address is served.
-    let mut other = gate.open(tcp("10.0.0.2:5000"), now);
+    let mut other = Session::open(gate.clone(), tcp("10.0.0.2:5000"), now);
     assert_eq!(
         other.screen(auth("ops-token"), &Known, now),
         answer(Response::Authenticated)
@@ -232,7 +232,7 @@ fn ten_failures_from_one_address_lock_it_out() {
 fn who_a_connection_is_at_the_start() {
     let gate = gate();
     let now = Instant::now();
-    let by_listener = gate.open(peer("unix", "unix:/run/sprout.sock"), now);
+    let by_listener = Session::open(gate.clone(), peer("unix", "unix:/run/sprout.sock"), now);
     assert!(by_listener.authenticated());
     assert!(by_listener.may_inspect("orders.eu"));
     assert!(!by_listener.may_inspect("default"));
@@ -241,7 +241,7 @@ fn who_a_connection_is_at_the_start() {
         common_name: Some("ops-1".into()),
         sans: vec![],
     });
-    let by_cert = gate.open(by_cert, now);
+    let by_cert = Session::open(gate.clone(), by_cert, now);
     assert!(by_cert.may_inspect("default"));
     assert_eq!(by_cert.deadline(), None);
     // A certificate the policy does not know: the listener decides.
@@ -250,13 +250,13 @@ fn who_a_connection_is_at_the_start() {
         common_name: Some("stranger".into()),
         sans: vec![],
     });
-    assert!(gate.open(stranger, now).may_inspect("orders.eu"));
-    let mut local = gate.open(Peer::local(), now);
+    assert!(Session::open(gate.clone(), stranger, now).may_inspect("orders.eu"));
+    let mut local = Session::open(gate.clone(), Peer::local(), now);
     assert_eq!(
         local.screen(Ok(Command::Kick(1)), &Known, now),
         Step::Run(Ok(Command::Kick(1)))
     );
-    let nobody = gate.open(tcp("10.0.0.4:1"), now);
+    let nobody = Session::open(gate.clone(), tcp("10.0.0.4:1"), now);
     assert!(!nobody.authenticated());
     let counts: Vec<(&str, i64)> = gate.connections();
     assert_eq!(

@@ -4,7 +4,7 @@
 //! Deliberate differences, none of which changes what a beanstalkd command
 //! line means:
 //! - without `-l`, sprout listens on 127.0.0.1, not on every interface. A job
-//!   server has no authentication; it should face the network only when asked;
+//!   server without `--auth` has no authentication; it should face the network only when asked;
 //! - `-l` may be given more than once: sprout listens on every address (all TCP
 //!   ones on `-p`), where beanstalkd keeps the last;
 //! - every flag can also be set by an environment variable, `SPROUT_` and its

@@ -75,7 +75,8 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     };
     let http = match sprout::http::Options::from_args(&args.http) {
         Ok(None) => None,
-        Ok(Some(options)) => {
+        Ok(Some(mut options)) => {
+            options.auth = args.auth.file.is_some();
             let store = args.binlog_dir.clone();
             match sprout::http::Port::bind(&options, args.effective_max_job_size(), store).await {
                 Ok(port) => Some(port),

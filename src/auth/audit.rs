@@ -94,6 +94,21 @@ pub fn forbidden(actor: &Actor<'_>, command: &Command, need: &dyn std::fmt::Disp
     );
 }
 
+/// A request to the HTTP port (`request`: its method and path) that
+/// changed something or was refused, and its `outcome` (the status, or
+/// `forbidden`).
+pub fn http(actor: &Actor<'_>, request: &str, outcome: &str) {
+    tracing::info!(
+        target: TARGET,
+        principal = actor.principal,
+        peer = %actor.peer.addr,
+        listener = %actor.peer.listener,
+        command = request,
+        outcome,
+        "http"
+    );
+}
+
 /// `command` as a log line shows it: its line without a body, and never
 /// a token.
 fn shown(command: &Command) -> String {

@@ -102,7 +102,7 @@ impl Gate {
 
     /// Whose `token` is, unless `addr` failed too often lately (then
     /// `Err`, without looking at the token). A miss counts as a failure.
-    pub(super) fn check(
+    pub fn check(
         &self,
         token: &[u8],
         addr: &str,
@@ -124,4 +124,4 @@ impl Gate {
 
 /// The address failed too often lately.
 #[derive(Debug)]
-pub(super) struct Limited;
+pub struct Limited;

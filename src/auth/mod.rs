@@ -30,7 +30,7 @@
 //! are audited too (`audit.rs`); connections without a principal get
 //! [`AUTH_DEADLINE`] to authenticate.
 
-mod audit;
+pub mod audit;
 mod cert;
 mod decide;
 mod gate;

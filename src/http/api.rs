@@ -11,6 +11,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use base64::Engine as _;
 use bytes::Bytes;
@@ -18,9 +19,11 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sprout_protocol::{JobId, TubeName};
 
+use crate::auth::Action;
 use crate::engine::{Cursor, JobInfo, State as JobState, TubeFigures};
 
 use super::app::App;
+use super::auth::{self, Caller};
 use super::batch;
 use super::error::ApiError;
 use super::extract::{Json, Query};
@@ -196,9 +199,14 @@ async fn history(State(app): State<Arc<App>>) -> Reply {
     ok(json!({ "samples": app.history.samples() }))
 }
 
-async fn tubes(State(app): State<Arc<App>>) -> Reply {
+/// Every tube the caller may inspect.
+async fn tubes(State(app): State<Arc<App>>, caller: Option<Extension<Caller>>) -> Reply {
+    let caller = caller.map(|Extension(c)| c);
     let tubes = app.read(|engine, now| engine.tube_figures(now))?;
-    ok(json!({ "tubes": tubes.iter().map(tube_json).collect::<Vec<_>>() }))
+    let seen = tubes
+        .iter()
+        .filter(|t| auth::may(&app, caller, Action::Inspect, t.name.as_str()));
+    ok(json!({ "tubes": seen.map(tube_json).collect::<Vec<_>>() }))
 }
 
 async fn tube(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
@@ -348,13 +356,24 @@ struct Move {
     limit: Option<u64>,
 }
 
+/// Moves jobs; the caller needs `admin` on both tubes.
 async fn move_jobs(
     State(app): State<Arc<App>>,
+    caller: Option<Extension<Caller>>,
     Path(raw): Path<String>,
     Json(request): Json<Move>,
 ) -> Reply {
     let from = tube_name(&raw)?;
     let to = tube_name(&request.to)?;
+    if !auth::may(
+        &app,
+        caller.map(|Extension(c)| c),
+        Action::Admin,
+        to.as_str(),
+    ) {
+        let message = format!("forbidden: this needs admin on tube {to}");
+        return Err(ApiError::new(StatusCode::FORBIDDEN, message));
+    }
     let state = job_state(&request.state)?;
     let shared = app.server()?;
     let exists = app.read(|engine, now| engine.tube_figures_of(&from, now).is_some())?;

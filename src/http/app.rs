@@ -22,6 +22,10 @@ pub struct App {
     server: OnceLock<Arc<Shared>>,
     pub token: Option<String>,
     pub token_metrics: bool,
+    /// `--auth`: the policy's principals may use this port too.
+    pub auth: bool,
+    /// Served over TLS (`--http-tls`): the session cookie is `Secure`.
+    pub tls: bool,
     pub history: Arc<History>,
     /// The dashboard's sign-ins.
     pub sessions: Sessions<Caller>,
@@ -45,6 +49,8 @@ impl App {
             server: OnceLock::new(),
             token,
             token_metrics,
+            auth: false,
+            tls: false,
             history: Arc::default(),
             sessions: Sessions::default(),
             store_dir: None,

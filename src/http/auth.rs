@@ -1,50 +1,97 @@
-//! Access: with `--http-token`, the admin API, the dashboard (and, with
-//! `--http-token-metrics`, `/metrics`) need the token, as a bearer header
-//! (`Authorization: Bearer TOKEN`, for scripts and `sprout admin`) or a
-//! session the dashboard's `/login` started (its cookie holds a random
-//! session id, never the token: `session.rs`). Health checks stay open.
+//! Access to the HTTP port. With `--http-token` or `--auth`, the admin
+//! API and the dashboard (and `/metrics`: with `--auth` always, with
+//! `--http-token` when `--http-token-metrics` says so) need a credential:
+//! a bearer header (`Authorization: Bearer TOKEN`, for scripts and
+//! `sprout admin`) or a session the dashboard's `/login` started (its
+//! cookie holds a random session id, never the token: `session.rs`).
+//! Health checks stay open.
 //!
-//! The cookie is `HttpOnly` and `SameSite=Strict`: another site's page
-//! cannot send it, and the API's changes take JSON bodies, which a
-//! cross-site form cannot post without the browser asking first.
+//! A token is `--http-token` (every action), or a principal's token from
+//! the `--auth` policy, with that principal's grants: `access.rs` says
+//! what each route needs, and a caller without it gets 403 (a read-only
+//! principal sees the dashboard, and its buttons are refused). Wrong
+//! tokens count against the address as they do on the beanstalk port
+//! (`auth/limit.rs`), and sign-ins, refusals and every change made
+//! through the port go to the audit trail (`auth/audit.rs`).
+//!
+//! The cookie is `HttpOnly` and `SameSite=Strict` (and `Secure` over
+//! TLS): another site's page cannot send it, and the API's changes take
+//! JSON bodies, which a cross-site form cannot post without the browser
+//! asking first.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, MatchedPath, RawPathParams, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::{Form, Router};
 use serde::Deserialize;
 
+use super::access::{self, Scope};
 use super::app::App;
 use super::error::ApiError;
 use super::session::SessionId;
+use crate::auth::{audit, Action, Gate, PrincipalId};
+use crate::peer::Peer;
 
 /// Who a request is from, once it has shown a credential.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Caller {
     /// The holder of `--http-token`: every action.
     Admin,
+    /// A principal of the `--auth` policy, with its grants.
+    Principal(PrincipalId),
+}
+
+impl Caller {
+    /// May it do `action` in `scope` (on `tube`, for a tube or a job)?
+    pub fn may(self, gate: Option<&Gate>, action: Action, scope: Scope, tube: &str) -> bool {
+        let grants = match (self, gate) {
+            (Caller::Admin, _) => return true,
+            (Caller::Principal(id), Some(gate)) => &gate.policy().principal(id).grants,
+            (Caller::Principal(_), None) => return false,
+        };
+        match scope {
+            Scope::Anyone => true,
+            Scope::Somewhere => grants.allows_somewhere(action),
+            Scope::Everywhere => grants.allows_everywhere(action),
+            Scope::Tube | Scope::Job => grants.allows(action, tube),
+        }
+    }
+
+    /// Its name in the audit trail.
+    fn name(self, gate: Option<&Gate>) -> &str {
+        match (self, gate) {
+            (Caller::Principal(id), Some(gate)) => &gate.policy().principal(id).name,
+            _ => "http-token",
+        }
+    }
+}
+
+/// Whether the request's `caller` (None on an open port) may do `action`
+/// on `tube`: for handlers whose need goes past their route's (the tubes
+/// a list shows, the tube a move goes to).
+pub fn may(app: &App, caller: Option<Caller>, action: Action, tube: &str) -> bool {
+    caller.is_none_or(|c| c.may(gate(app), action, Scope::Tube, tube))
 }
 
 const COOKIE: &str = "sprout_session";
 
-/// `router` with the token required (when one is set and `required`).
-pub fn guard(router: Router<Arc<App>>, app: &Arc<App>, required: bool) -> Router<Arc<App>> {
-    if app.token.is_none() || !required {
+/// `router` behind the credential check (when `--http-token` or
+/// `--auth` asks for one); `always`: also with only `--http-token`.
+pub fn guard(router: Router<Arc<App>>, app: &Arc<App>, always: bool) -> Router<Arc<App>> {
+    if !always && !app.auth {
         return router;
     }
     router.route_layer(middleware::from_fn_with_state(app.clone(), api_gate))
 }
 
-/// Like [`guard`], for pages: without the token, the login page.
+/// Like [`guard`], for pages: without a credential, the login page.
 pub fn guard_page(router: Router<Arc<App>>, app: &Arc<App>) -> Router<Arc<App>> {
-    if app.token.is_none() {
-        return router;
-    }
     router.route_layer(middleware::from_fn_with_state(app.clone(), page_gate))
 }
 
@@ -54,43 +101,160 @@ pub fn routes() -> Router<Arc<App>> {
         .route("/logout", axum::routing::post(logout))
 }
 
-async fn api_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    match app.token.as_deref() {
-        Some(token) if !allowed(&app, request.headers(), token) => {
-            let mut response = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "a valid token is needed (Authorization: Bearer TOKEN)",
-            )
-            .into_response();
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("valid"));
-            response
+/// Whether this port asks for credentials at all.
+fn guarded(app: &App) -> bool {
+    app.token.is_some() || app.auth
+}
+
+/// The access gate of `--auth`, once the server serves.
+fn gate(app: &App) -> Option<&Gate> {
+    app.server().ok()?.auth().map(|g| &**g)
+}
+
+async fn api_gate(
+    State(app): State<Arc<App>>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if !guarded(&app) {
+        return next.run(request).await;
+    }
+    let caller = match identify(&app, request.headers(), from) {
+        Some(caller) => caller,
+        None => return unauthorized(),
+    };
+    let gate = gate(&app);
+    let shown = format!("{} {}", request.method(), request.uri().path());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let need = access::need(request.method(), route.as_deref().unwrap_or(""));
+    let tube = target_tube(&app, &mut request, need.scope).await;
+    let allowed = match &tube {
+        Some(tube) => caller.may(gate, need.action, need.scope, tube),
+        // A job that does not exist: the handler's 404 tells no more.
+        None => need.scope == Scope::Job || caller.may(gate, need.action, need.scope, ""),
+    };
+    let peer = http_peer(from);
+    let actor = audit::Actor {
+        principal: caller.name(gate),
+        peer: &peer,
+    };
+    if !allowed {
+        audit::http(&actor, &shown, "forbidden");
+        let on = tube.map_or_else(
+            || format!("{:?}", need.scope).to_lowercase(),
+            |t| format!("tube {t}"),
+        );
+        let message = format!("forbidden: this needs {} on {on}", need.action.name());
+        return ApiError::new(StatusCode::FORBIDDEN, message).into_response();
+    }
+    let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
+    request.extensions_mut().insert(caller);
+    let response = next.run(request).await;
+    if changes {
+        audit::http(&actor, &shown, response.status().as_str());
+    }
+    response
+}
+
+/// The tube a route's need applies to: its `{tube}`, or the tube of its
+/// `{id}` job (None if there is no such job, or the scope names none).
+async fn target_tube(app: &App, request: &mut Request, scope: Scope) -> Option<String> {
+    use axum::extract::FromRequestParts;
+    let (mut parts, body) = std::mem::take(request).into_parts();
+    let params = RawPathParams::from_request_parts(&mut parts, &())
+        .await
+        .ok();
+    *request = Request::from_parts(parts, body);
+    let param = |name: &str| {
+        params
+            .as_ref()?
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_owned())
+    };
+    match scope {
+        Scope::Tube => param("tube"),
+        Scope::Job => {
+            let id = param("id")?.parse().ok()?;
+            let info = app.read(|engine, now| engine.job_info(id, now)).ok()??;
+            Some(info.tube.as_str().to_owned())
         }
-        _ => next.run(request).await,
+        _ => None,
     }
 }
 
-async fn page_gate(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
-    match app.token.as_deref() {
-        Some(token) if !allowed(&app, request.headers(), token) => {
-            Redirect::to("/login").into_response()
-        }
-        _ => next.run(request).await,
-    }
+fn unauthorized() -> Response {
+    let mut response = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "a valid token is needed (Authorization: Bearer TOKEN)",
+    )
+    .into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("valid"));
+    response
 }
 
-/// Whether the request carries `token` as a bearer header, or the cookie
-/// of a live session.
-fn allowed(app: &App, headers: &HeaderMap, token: &str) -> bool {
+async fn page_gate(
+    State(app): State<Arc<App>>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if guarded(&app) && identify(&app, request.headers(), from).is_none() {
+        return Redirect::to("/login").into_response();
+    }
+    next.run(request).await
+}
+
+/// Who the request is from: its bearer token's holder, or its session's.
+/// A bearer token that is wrong makes it nobody, whatever its cookie.
+fn identify(app: &App, headers: &HeaderMap, from: SocketAddr) -> Option<Caller> {
     let bearer = headers
         .get_all(header::AUTHORIZATION)
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .filter_map(|v| v.strip_prefix("Bearer "))
-        .any(|given| same(given.trim().as_bytes(), token.as_bytes()));
+        .find_map(|v| v.strip_prefix("Bearer "));
+    if let Some(token) = bearer {
+        return by_token(app, token.trim().as_bytes(), from);
+    }
     let now = Instant::now();
-    bearer || session_ids(headers).any(|id| app.sessions.find(id, now).is_some())
+    session_ids(headers).find_map(|id| app.sessions.find(id, now))
+}
+
+/// Whose token `token` is: `--http-token`'s holder, or a principal's
+/// (unless its address failed too often lately).
+fn by_token(app: &App, token: &[u8], from: SocketAddr) -> Option<Caller> {
+    if let Some(admin) = &app.token {
+        if same(token, admin.as_bytes()) {
+            return Some(Caller::Admin);
+        }
+    }
+    let gate = gate(app)?;
+    let checked = gate.check(token, &from.ip().to_string(), Instant::now());
+    let caller = checked.ok().flatten().map(Caller::Principal);
+    if caller.is_none() {
+        let peer = http_peer(from);
+        let actor = audit::Actor {
+            principal: "unauthenticated",
+            peer: &peer,
+        };
+        audit::auth(&actor, "unauthorized");
+    }
+    caller
+}
+
+/// An HTTP client, as the audit trail names it.
+fn http_peer(from: SocketAddr) -> Peer {
+    Peer {
+        addr: from.to_string(),
+        listener: "http".into(),
+        cert: None,
+    }
 }
 
 /// The session ids the request's cookies name.
@@ -118,19 +282,26 @@ struct Login {
     token: String,
 }
 
-async fn login(State(app): State<Arc<App>>, Form(form): Form<Login>) -> Response {
-    match app.token.as_deref() {
-        Some(token) if !same(form.token.as_bytes(), token.as_bytes()) => (
+async fn login(
+    State(app): State<Arc<App>>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    Form(form): Form<Login>,
+) -> Response {
+    if !guarded(&app) {
+        // Nothing to sign in to.
+        return Redirect::to("/").into_response();
+    }
+    match by_token(&app, form.token.as_bytes(), from) {
+        None => (
             StatusCode::UNAUTHORIZED,
             Html(include_str!("assets/login.html")),
         )
             .into_response(),
-        // Nothing to sign in to.
-        None => Redirect::to("/").into_response(),
-        Some(_) => {
-            let id = app.sessions.start(Caller::Admin, Instant::now());
+        Some(caller) => {
+            let id = app.sessions.start(caller, Instant::now());
+            let secure = if app.tls { "; Secure" } else { "" };
             let cookie = format!(
-                "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+                "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{secure}",
                 id.to_hex()
             );
             ([(header::SET_COOKIE, cookie)], Redirect::to("/")).into_response()
@@ -153,12 +324,12 @@ mod tests {
 
     #[test]
     fn a_token_is_accepted_as_bearer_or_a_live_session_only_when_exact() {
-        let token = "s3cret";
-        let app = App::new(Some(token.into()), false);
+        let app = App::new(Some("s3cret".into()), false);
         let live = app.sessions.start(Caller::Admin, Instant::now()).to_hex();
         let ended = app.sessions.start(Caller::Admin, Instant::now());
         app.sessions.end(ended);
-        // (header, value, allowed)
+        let from: SocketAddr = "192.0.2.1:5000".parse().unwrap();
+        // (header, value, caller)
         let table = [
             ("authorization", "Bearer s3cret".to_owned(), true),
             ("authorization", "Bearer s3cre".to_owned(), false),
@@ -175,8 +346,9 @@ mod tests {
                 header::HeaderName::from_static(name),
                 value.parse().unwrap(),
             );
-            assert_eq!(allowed(&app, &headers, token), expected, "{name}: {value}");
+            let caller = identify(&app, &headers, from);
+            assert_eq!(caller.is_some(), expected, "{name}: {value}");
         }
-        assert!(!allowed(&app, &HeaderMap::new(), token));
+        assert_eq!(identify(&app, &HeaderMap::new(), from), None);
     }
 }

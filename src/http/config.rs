@@ -38,6 +38,8 @@ pub struct Options {
     pub port: u16,
     pub token: Option<String>,
     pub token_metrics: bool,
+    /// `--auth` is on: the policy's principals use this port too.
+    pub auth: bool,
 }
 
 impl Options {
@@ -66,6 +68,7 @@ impl Options {
             port,
             token,
             token_metrics: args.token_metrics,
+            auth: false,
         }))
     }
 }

@@ -11,8 +11,10 @@
 //! * `metrics`: `/metrics`, from one engine snapshot per scrape.
 //! * `api`: `/api/…`, the admin calls; `batch`: flush and move, a
 //!   batch per lock.
-//! * `auth`: the token (bearer header, or a session the dashboard's login
-//!   started); `session`: those sessions, kept on the server.
+//! * `auth`: who a request is from (`--http-token`, or a principal of
+//!   `--auth`; a bearer header, or a session the dashboard's login
+//!   started) and whether it may; `access`: what each route needs;
+//!   `session`: the sign-ins, kept on the server.
 //! * `dashboard`: the page at `/`, its assets compiled into the binary.
 //! * `history`: the last ten minutes of figures, for the charts.
 //!
@@ -34,6 +36,7 @@ use tokio::net::TcpListener;
 use crate::bridge;
 use crate::shared::Shared;
 
+mod access;
 mod api;
 mod app;
 mod auth;
@@ -70,11 +73,17 @@ impl Port {
         let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
         let addr = listener.local_addr()?;
         let mut app = App::new(options.token.clone(), options.token_metrics);
+        app.auth = options.auth;
         app.store_dir = store;
         let app = Arc::new(app);
         let router = router(app.clone(), max_job_size);
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            if let Err(e) = axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            {
                 tracing::error!(error = %e, "the HTTP port stopped");
             }
         });
@@ -109,7 +118,7 @@ fn router(app: Arc<App>, max_job_size: u32) -> Router {
     let metrics = auth::guard(
         Router::new().route("/metrics", get(metrics::metrics)),
         &app,
-        app.token_metrics,
+        app.token_metrics && app.token.is_some(),
     );
     let api = auth::guard(api::routes(max_job_size), &app, true);
     let dashboard = auth::guard_page(dashboard::page(), &app);

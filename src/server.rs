@@ -418,7 +418,9 @@ impl Server {
                     // handshake is done: its slot is free for another.
                     drop(pending);
                     peer.cert = cert;
-                    serving.serve(stream, peer).await
+                    // Boxed: a connection's state is allocated once it
+                    // is served, not while 1000s may wait in handshakes.
+                    Box::pin(serving.serve(stream, peer)).await
                 }
                 Err(e) => tracing::info!(error = %e, "TLS handshake failed"),
             }

@@ -29,12 +29,8 @@ where
     let stream = tokio::time::timeout_at(deadline, handshake)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-    let cert = match stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-    {
+    let tls = stream.get_ref().1;
+    let cert = match tls.peer_certificates().and_then(|c| c.first()) {
         None => None,
         Some(der) => Some(identity::of(der).map_err(|e| {
             io::Error::new(
@@ -43,5 +39,11 @@ where
             )
         })?),
     };
+    let client_cn = cert.as_ref().and_then(|c| c.common_name.as_deref());
+    tracing::info!(
+        version = %tls.protocol_version().and_then(|v| v.as_str()).unwrap_or("?"),
+        client_cn = %client_cn.unwrap_or("-"),
+        "TLS handshake done"
+    );
     Ok((Stream(stream), cert))
 }

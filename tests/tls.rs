@@ -474,3 +474,32 @@ fn bad_tls_flags_and_files_stop_startup_with_the_reason() {
         assert!(error.contains(&reason), "{args:?}: {error}");
     }
 }
+
+#[test]
+fn a_large_answer_arrives_whole() {
+    if !sprout_only("a_large_answer_arrives_whole") {
+        return;
+    }
+    let pki = Pki::new();
+    let server = start_tls(&pki, &["-z", "10000000"]);
+    // The socket holds 256 KiB on this side (and a few MiB on the
+    // server's): a reader slower than the server keeps it full, so the
+    // server's writes meet a full socket, where rustls holds ciphertext
+    // back (src/tls/stream.rs).
+    let mut client =
+        tls_kit::tls_client_with_window(server.port(), pki.client_config(None), 256 * 1024);
+    let body: Vec<u8> = (0..6_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let id = client.put(&body);
+    client.send(format!("peek {id}\r\n").repeat(2).as_bytes());
+    for _ in 0..2 {
+        assert_eq!(client.expect_line(), format!("FOUND {id} {}", body.len()));
+        for piece in body.chunks(64 * 1024) {
+            thread::sleep(Duration::from_millis(2));
+            assert!(
+                client.read_exact_bytes(piece.len()) == piece,
+                "a different body"
+            );
+        }
+        client.expect(b"\r\n");
+    }
+}

@@ -45,5 +45,5 @@ where
         client_cn = %client_cn.unwrap_or("-"),
         "TLS handshake done"
     );
-    Ok((Stream(stream), cert))
+    Ok((Stream::new(stream), cert))
 }

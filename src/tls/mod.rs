@@ -20,8 +20,9 @@
 //! * `handshake.rs`: `accept`, one handshake under the
 //!   connection's deadline, and the identity it proved (`identity.rs`:
 //!   x509-parser reads the subject and its alternative names), and the
-//!   stream it yields (`stream.rs`: a hang-up without `close_notify` is an
-//!   end of stream, as on a plain socket).
+//!   stream it yields (`stream.rs`: it behaves as the plain socket
+//!   `connection.rs` expects: a write is done when it is on the socket, a
+//!   hang-up without `close_notify` is an end of stream).
 //! * `client.rs`: [`client_config`], the other side, for the load tool,
 //!   the tests and node-to-node links.
 //!

@@ -216,6 +216,26 @@ pub fn tls_client(port: u16, config: Arc<ClientConfig>) -> Client {
     Client::over(Box::new(TlsStream(stream)))
 }
 
+/// [`tls_client`] with a socket receive buffer of `bytes` (the kernel's
+/// autotuning lets a loopback socket buffer tens of MiB otherwise).
+pub fn tls_client_with_window(port: u16, config: Arc<ClientConfig>, bytes: usize) -> Client {
+    use std::os::fd::AsRawFd;
+    let stream = handshake(port, config).expect("TLS handshake");
+    let size = bytes as libc::c_int;
+    // SAFETY: setsockopt reads `size` for the given length.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVBUF");
+    Client::over(Box::new(TlsStream(stream)))
+}
+
 /// Handshakes with the server on `port` and sends `list-tubes`: Ok once it
 /// is answered, else the handshake's error or (TLS 1.3 checks the client's
 /// certificate after the client's side of the handshake is done) the

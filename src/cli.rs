@@ -7,6 +7,9 @@
 //!   server without `--auth` has no authentication; it should face the network only when asked;
 //! - `-l` may be given more than once: sprout listens on every address (all TCP
 //!   ones on `-p`), where beanstalkd keeps the last;
+//! - with `--tls-listen` and neither `-l` nor `-p`, sprout opens no plain
+//!   listener: whoever asks for TLS alone should not find the same jobs in
+//!   clear text on 127.0.0.1:11300 (give `-l` to serve both);
 //! - every flag can also be set by an environment variable, `SPROUT_` and its
 //!   long name (`--binlog-dir` is `SPROUT_BINLOG_DIR`; a subcommand's flags
 //!   add its name: `sprout bridge --redis` is `SPROUT_BRIDGE_REDIS`). A flag on
@@ -34,6 +37,7 @@ use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
 use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
 use crate::store::Policy;
+use crate::tls::TlsArgs;
 
 /// beanstalkd's default binlog file size (`-s`), reported by `stats`.
 pub const DEFAULT_BINLOG_SIZE: u64 = 10 << 20;
@@ -144,6 +148,10 @@ pub struct Args {
     #[command(flatten, next_help_heading = "Authentication")]
     pub auth: AuthArgs,
 
+    /// TLS on the beanstalk port (`--tls-listen …`).
+    #[command(flatten, next_help_heading = "TLS")]
+    pub tls: TlsArgs,
+
     /// The HTTP side port (`--http …`).
     #[command(
         flatten,
@@ -181,7 +189,17 @@ fn parse_from(argv: Vec<OsString>) -> Args {
         Some(argv) => command().get_matches_from(argv),
         None => matches,
     };
-    Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let mut args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let given = |id| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    if !args.tls.listen.is_empty() && !given("listen") && !given("port") {
+        args.listen.clear();
+    }
+    args
 }
 
 /// The command sprout parses: [`Args`] with a variable on every flag.
@@ -374,6 +392,24 @@ mod tests {
             env(bridge, "state_dir").as_deref(),
             Some("SPROUT_BRIDGE_STATE_DIR")
         );
+    }
+
+    #[test]
+    fn tls_alone_opens_no_plain_listener() {
+        let parse = |line: &str| {
+            let argv = line.split_whitespace().map(OsString::from).collect();
+            parse_from(argv).listen
+        };
+        let tls = "--tls-listen 127.0.0.1:11443";
+        for (line, want) in [
+            ("sprout".to_string(), &["127.0.0.1"][..]),
+            (format!("sprout {tls}"), &[]),
+            (format!("sprout {tls} -l 0.0.0.0"), &["0.0.0.0"]),
+            (format!("sprout {tls} -p 11300"), &["127.0.0.1"]),
+            (format!("sprout -l 127.0.0.1 {tls}"), &["127.0.0.1"]),
+        ] {
+            assert_eq!(parse(&line), want, "{line}");
+        }
     }
 
     #[test]

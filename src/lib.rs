@@ -17,8 +17,13 @@
 //!   `peer` (who is at the other end of a connection: address, listener,
 //!   client certificate), [`auth`] (`--auth`: the policy, the access
 //!   decision, a connection's session, the audit trail; it knows only the
-//!   protocol and `peer`), `percent` (URL encoding), [`service`] (systemd
-//!   readiness and socket activation), [`user`] (`-u`).
+//!   protocol and `peer`), `pending` (the slots and deadline of connections
+//!   not yet trusted: `--max-pending`, `--handshake-timeout`), `percent`
+//!   (URL encoding), [`service`] (systemd readiness and socket
+//!   activation), [`user`] (`-u`).
+//! * [`tls`]: TLS on the beanstalk port: its flags, certificates reloaded
+//!   on SIGHUP, the handshake and the identity a client certificate
+//!   proves; and the client side for sprout's own TLS clients.
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
 //!   No sockets, no threads, no clock reads; table-tested with explicit
@@ -47,7 +52,8 @@
 //! # Life of a request
 //!
 //! 1. **Accept**: `server::Server::accept_on` takes a TCP or unix
-//!    connection and spawns `connection::serve` for it in its own task (the
+//!    connection and spawns `connection::serve` for it in its own task (on
+//!    a TLS listener, after the handshake in that task, [`tls`]; the
 //!    embedded bridge gets the same through an in-process pipe,
 //!    [`server::LocalConnector`]).
 //! 2. **Connection**: `connection.rs` reads into a buffer and decodes every
@@ -123,10 +129,12 @@ pub mod engine;
 pub mod http;
 pub mod malloc;
 mod peer;
+mod pending;
 mod percent;
 pub mod server;
 pub mod service;
 mod shared;
 mod store;
 mod timer;
+pub mod tls;
 pub mod user;

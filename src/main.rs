@@ -9,6 +9,7 @@ use sprout::bridge::{self, config::BridgeArgs};
 use sprout::cli::{self, Args, LogFormat, Mode};
 use sprout::server::{self, Listener, Server};
 use sprout::service;
+use sprout::tls;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -163,28 +164,47 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
 }
 
 /// The sockets to serve: those systemd passed (socket activation, which
-/// replaces `-l`/`-p`, as in beanstalkd), else one per `-l`.
+/// replaces `-l`/`-p`, as in beanstalkd), else one per `-l`; and one per
+/// `--tls-listen` either way (systemd passes no TLS configuration).
 async fn listen(
     args: &Args,
     inherited: Vec<(OwnedFd, String)>,
 ) -> Result<Vec<Listener>, (String, std::io::Error)> {
+    let mut listeners = tls_listeners(args).await?;
     if !inherited.is_empty() {
         tracing::info!(
             sockets = inherited.len(),
             "serving the sockets systemd passed; -l and -p are not used"
         );
-        return inherited
-            .into_iter()
-            .map(|(fd, name)| {
-                Listener::inherit(fd).map_err(|e| (format!("socket {name} from systemd"), e))
-            })
-            .collect();
+        for (fd, name) in inherited {
+            let inherited = Listener::inherit(fd);
+            listeners.push(inherited.map_err(|e| (format!("socket {name} from systemd"), e))?);
+        }
+        return Ok(listeners);
     }
-    let mut listeners = Vec::with_capacity(args.listen.len());
     for addr in &args.listen {
         match Listener::bind(addr, args.port).await {
             Ok(l) => listeners.push(l),
             Err(e) => return Err((format!("cannot listen on {addr} port {}", args.port), e)),
+        }
+    }
+    Ok(listeners)
+}
+
+/// One listener per `--tls-listen`, all serving the certificate read now.
+async fn tls_listeners(args: &Args) -> Result<Vec<Listener>, (String, std::io::Error)> {
+    let options = match tls::Options::from_args(&args.tls) {
+        Ok(None) => return Ok(Vec::new()),
+        Ok(Some(options)) => options,
+        Err(e) => return Err(("TLS".into(), std::io::Error::other(e))),
+    };
+    let certs = tls::Certs::load(options.files).map_err(|e| ("TLS".into(), e))?;
+    let certs = std::sync::Arc::new(certs);
+    let mut listeners = Vec::with_capacity(options.listen.len());
+    for addr in &options.listen {
+        match Listener::bind_tls(addr, certs.clone()).await {
+            Ok(l) => listeners.push(l),
+            Err(e) => return Err((format!("cannot listen on --tls-listen {addr}"), e)),
         }
     }
     Ok(listeners)

@@ -2,8 +2,17 @@
 //!
 //! `-l unix:PATH` serves a unix socket (a stale socket file left by a
 //! previous run is replaced); anything else is a host or address to bind
-//! with `-p`. SIGUSR1 turns drain mode on; SIGTERM and SIGINT stop the
-//! server at once, releasing the port for the next process.
+//! with `-p`. `--tls-listen ADDR:PORT` serves TLS (see [`crate::tls`]): a
+//! connection accepted there takes a slot of `--max-pending` (or is closed
+//! at once when none is free), finishes its handshake in its own task by
+//! `--handshake-timeout`, gives the slot back and is served as any other.
+//!
+//! SIGUSR1 turns drain mode on; SIGTERM and SIGINT stop the server at
+//! once, releasing the port for the next process. SIGHUP reloads the TLS
+//! certificate, key and client CA, and is caught only when there are TLS
+//! listeners: without them it ends the process as it ends beanstalkd (a
+//! supervisor or a closed terminal may rely on that), so a server started
+//! without TLS flags behaves to signals exactly as before.
 
 use std::future::Future;
 use std::io;
@@ -13,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UnixListener};
+use rustls::ServerConfig;
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::Instrument;
 
@@ -25,11 +35,13 @@ use crate::connection;
 use crate::engine::{Clock, Engine, EngineConfig, JobImage};
 use crate::http;
 use crate::peer::Peer;
+use crate::pending::PendingLimit;
 use crate::service;
 use crate::shared::Shared;
 use crate::store::durable::{self, DurableStore};
 use crate::store::{Memory, Store};
 use crate::timer;
+use crate::tls;
 
 /// One socket the server accepts connections on.
 pub enum Listener {
@@ -37,6 +49,9 @@ pub enum Listener {
     /// A unix socket, with the path to remove on exit when sprout made it
     /// (a socket systemd passed stays: systemd owns it).
     Unix(UnixListener, Option<PathBuf>),
+    /// `--tls-listen`: TCP, every connection a TLS handshake with the
+    /// configuration all TLS listeners share.
+    Tls(TcpListener, Arc<tls::Certs>),
 }
 
 impl Listener {
@@ -46,6 +61,11 @@ impl Listener {
             Some(path) => Listener::bind_unix(Path::new(path)),
             None => Ok(Listener::Tcp(TcpListener::bind((listen, port)).await?)),
         }
+    }
+
+    /// Binds one `--tls-listen ADDR:PORT`, serving `certs`.
+    pub async fn bind_tls(addr: &str, certs: Arc<tls::Certs>) -> io::Result<Listener> {
+        Ok(Listener::Tls(TcpListener::bind(addr).await?, certs))
     }
 
     fn bind_unix(path: &Path) -> io::Result<Listener> {
@@ -98,11 +118,17 @@ impl Listener {
         }
     }
 
-    /// The origin of a connection this listener accepted from `addr`.
+    /// The origin of a connection this listener accepted from `addr`
+    /// (its certificate, on a TLS listener, once the handshake is done).
     fn peer(&self, addr: String) -> Peer {
+        let listener = match self {
+            // As `--tls-listen` spells it: the log's `tls:` is left out.
+            Listener::Tls(l, _) => l.local_addr().map_or("tls:?".into(), |a| a.to_string()),
+            _ => self.to_string(),
+        };
         Peer {
             addr,
-            listener: self.to_string(),
+            listener,
             cert: None,
         }
     }
@@ -110,8 +136,16 @@ impl Listener {
     /// The bound TCP address (None for a unix socket).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
-            Listener::Tcp(l) => l.local_addr().ok(),
+            Listener::Tcp(l) | Listener::Tls(l, _) => l.local_addr().ok(),
             Listener::Unix(..) => None,
+        }
+    }
+
+    /// The TLS configuration it serves, if it is a TLS listener.
+    fn certs(&self) -> Option<&Arc<tls::Certs>> {
+        match self {
+            Listener::Tls(_, certs) => Some(certs),
+            _ => None,
         }
     }
 }
@@ -123,6 +157,10 @@ impl std::fmt::Display for Listener {
             Listener::Tcp(l) => match l.local_addr() {
                 Ok(addr) => write!(f, "{addr}"),
                 Err(_) => f.write_str("tcp:?"),
+            },
+            Listener::Tls(l, _) => match l.local_addr() {
+                Ok(addr) => write!(f, "tls:{addr}"),
+                Err(_) => f.write_str("tls:?"),
             },
             Listener::Unix(l, _) => {
                 match l.local_addr().ok().as_ref().and_then(|a| a.as_pathname()) {
@@ -197,6 +235,8 @@ pub struct Server {
     max_job_size: u32,
     http: Option<http::Port>,
     cluster: Option<cluster::Side>,
+    /// Slots for connections still in their TLS handshake.
+    pending: PendingLimit,
 }
 
 impl Server {
@@ -240,6 +280,7 @@ impl Server {
             max_job_size: args.effective_max_job_size(),
             http: None,
             cluster: None,
+            pending: pending_limit(args),
         })
     }
 
@@ -260,6 +301,7 @@ impl Server {
             max_job_size: side.max_job_size(),
             http: None,
             cluster: Some(side),
+            pending: pending_limit(args),
         })
     }
 
@@ -292,6 +334,14 @@ impl Server {
         // Registered before the first accept: SIGUSR1's default action
         // would kill the process.
         let usr1 = signal(SignalKind::user_defined1())?;
+        // Only with TLS listeners (see the module doc).
+        let reload = match self.listeners.iter().find_map(Listener::certs) {
+            Some(certs) => {
+                let hup = signal(SignalKind::hangup())?;
+                Some(tokio::spawn(reload_on_sighup(certs.clone(), hup)))
+            }
+            None => None,
+        };
         let timer = timer::spawn(self.shared.clone())?;
         let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
         if let Some(port) = &self.http {
@@ -305,6 +355,9 @@ impl Server {
         service::stopping();
         self.shared.alarm.stop();
         drain.abort();
+        if let Some(reload) = reload {
+            reload.abort();
+        }
         // Whatever was acknowledged reaches the disk before we exit.
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || {
@@ -344,6 +397,11 @@ impl Server {
                     .accept()
                     .await
                     .map(|(stream, _)| self.spawn(stream, listener.peer("unix".into()))),
+                Listener::Tls(l, certs) => l.accept().await.map(|(stream, addr)| {
+                    let _ = stream.set_nodelay(true);
+                    let peer = listener.peer(addr.to_string());
+                    self.spawn_tls(stream, peer, certs.current())
+                }),
             };
             if let Err(e) = accepted {
                 // Out of descriptors or memory: wait for some to free up
@@ -360,16 +418,67 @@ impl Server {
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let span = tracing::info_span!("client", peer = %peer);
-        match &self.cluster {
-            Some(side) if !side.leading() => {
-                _ = tokio::spawn(side.clone().pass(stream, peer).instrument(span))
+        tokio::spawn(self.serving().serve(stream, peer).instrument(span));
+    }
+
+    /// Completes the TLS handshake on `stream` in its own task, with
+    /// `config`, then serves it; closes it at once instead when
+    /// `--max-pending` connections are already in their handshake.
+    fn spawn_tls(&self, stream: TcpStream, mut peer: Peer, config: Arc<ServerConfig>) {
+        let Some(pending) = self.pending.admit() else {
+            return;
+        };
+        let span = tracing::info_span!("client", peer = %peer);
+        let serving = self.serving();
+        let task = async move {
+            match tls::accept(config, stream, pending.deadline()).await {
+                Ok((stream, cert)) => {
+                    // Without --auth a connection is trusted once its
+                    // handshake is done: its slot is free for another.
+                    drop(pending);
+                    peer.cert = cert;
+                    // Boxed: a connection's state is allocated once it
+                    // is served, not while 1000s may wait in handshakes.
+                    Box::pin(serving.serve(stream, peer)).await
+                }
+                Err(e) => tracing::info!(error = %e, "TLS handshake failed"),
             }
-            _ => {
-                let serve = connection::serve(stream, peer, self.shared.clone(), self.max_job_size);
-                tokio::spawn(serve.instrument(span));
-            }
+        };
+        tokio::spawn(task.instrument(span));
+    }
+
+    fn serving(&self) -> Serving {
+        Serving {
+            shared: self.shared.clone(),
+            max_job_size: self.max_job_size,
+            cluster: self.cluster.clone(),
         }
     }
+}
+
+/// What serving an accepted connection takes from the server.
+struct Serving {
+    shared: Arc<Shared>,
+    max_job_size: u32,
+    cluster: Option<cluster::Side>,
+}
+
+impl Serving {
+    /// Serves the client here or, on a standby, passes it to the leader.
+    async fn serve<S>(self, stream: S, peer: Peer)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        match self.cluster {
+            Some(side) if !side.leading() => side.pass(stream, peer).await,
+            _ => connection::serve(stream, peer, self.shared, self.max_job_size).await,
+        }
+    }
+}
+
+/// `--max-pending` slots of `--handshake-timeout` each.
+fn pending_limit(args: &Args) -> PendingLimit {
+    PendingLimit::new(args.tls.max_pending as usize, args.tls.handshake_timeout)
 }
 
 /// The engine's settings from the command line.
@@ -424,6 +533,17 @@ async fn drain_on_sigusr1(shared: Arc<Shared>, mut usr1: Signal) {
     while usr1.recv().await.is_some() {
         tracing::info!("SIGUSR1: entering drain mode");
         shared.lock().engine.set_draining(true);
+    }
+}
+
+async fn reload_on_sighup(certs: Arc<tls::Certs>, mut hup: Signal) {
+    while hup.recv().await.is_some() {
+        match certs.reload() {
+            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate, key and client CA"),
+            Err(e) => {
+                tracing::error!(error = %e, "SIGHUP: TLS files refused; serving the previous ones")
+            }
+        }
     }
 }
 

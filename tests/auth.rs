@@ -707,8 +707,10 @@ fn metrics_count_connections_by_principal_and_failures() {
     let port = TestServer::free_port();
     let addr = format!("127.0.0.1:{port}");
     let s = Secured::start(&["--http", &addr]);
-    let http = http_client::Http::at(&format!("http://{addr}"));
+    let mut http = http_client::Http::at(&format!("http://{addr}"));
     http.wait_ready();
+    // Under --auth, /metrics needs inspect on every tube.
+    http.token = Some(token("root"));
     let _root = s.as_("root");
     let _anonymous = s.server.connect();
     let _inspectors = [s.listener_of("inspector"), s.listener_of("inspector")];

@@ -25,7 +25,9 @@ pub fn show(bytes: &[u8]) -> String {
     s
 }
 
-trait Stream: Read + Write + Send {
+/// What a [`Client`] talks over: a socket, or a TLS stream on one
+/// (`tls.rs`).
+pub trait Stream: Read + Write + Send {
     fn set_timeout(&self, t: Option<Duration>);
     fn shutdown_write(&self);
 }
@@ -66,14 +68,15 @@ impl Client {
     pub fn tcp(port: u16) -> Client {
         let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
         s.set_nodelay(true).expect("nodelay");
-        Client::wrap(Box::new(s))
+        Client::over(Box::new(s))
     }
 
     pub fn unix(path: &Path) -> Client {
-        Client::wrap(Box::new(UnixStream::connect(path).expect("connect unix")))
+        Client::over(Box::new(UnixStream::connect(path).expect("connect unix")))
     }
 
-    fn wrap(stream: Box<dyn Stream>) -> Client {
+    /// A client over any [`Stream`].
+    pub fn over(stream: Box<dyn Stream>) -> Client {
         Client {
             stream,
             buf: Vec::new(),
@@ -112,7 +115,13 @@ impl Client {
                 Fill::Timeout
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => Fill::Data,
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => {
+            // UnexpectedEof: a TLS stream that ends without close_notify.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof
+                ) =>
+            {
                 self.eof = true;
                 Fill::Eof
             }

@@ -80,8 +80,14 @@ pub fn sprout_only(test: &str) -> bool {
 /// not, prints that `test` is skipped, or panics under CI (`CI=true`),
 /// where .ci/run installs every tool the tests need.
 pub fn tool_available(tool: &str, test: &str) -> bool {
+    tool_answers(tool, "--version", test)
+}
+
+/// Like [`tool_available`], for a tool that answers `tool VERSION_ARG`
+/// (`openssl version`).
+pub fn tool_answers(tool: &str, version_arg: &str, test: &str) -> bool {
     let found = Command::new(tool)
-        .arg("--version")
+        .arg(version_arg)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()

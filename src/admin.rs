@@ -14,13 +14,19 @@ use serde_json::{json, Value};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// The server's --http address.
+    /// The server's --http address: ADDR:PORT, or https://ADDR:PORT for a
+    /// server started with --http-tls.
     #[arg(
         long = "http",
-        value_name = "ADDR:PORT",
+        value_name = "[https://]ADDR:PORT",
         default_value = "127.0.0.1:11380"
     )]
     pub http: String,
+
+    /// Trust the CA certificates in FILE (PEM) for https:// instead of the
+    /// usual public ones (for a server whose certificate your own CA made).
+    #[arg(long = "ca", value_name = "FILE")]
+    pub ca: Option<PathBuf>,
 
     /// The server's --http-token.
     #[arg(long = "token", value_name = "TOKEN", conflicts_with = "token_file")]
@@ -189,10 +195,11 @@ fn call(args: &AdminArgs) -> Result<String, String> {
         (None, None) => None,
     };
     let (method, path, body) = request(&args.command);
-    let url = format!("http://{}{path}", args.http);
+    let url = format!("{}{path}", base_url(&args.http));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(600)))
+        .tls_config(tls_config(args.ca.as_deref())?)
         .build()
         .into();
     let mut builder = ureq::http::Request::builder().method(method).uri(&url);
@@ -220,6 +227,38 @@ fn call(args: &AdminArgs) -> Result<String, String> {
         return Ok(format!("{answer:#}\n"));
     }
     Ok(human(&args.command, &answer))
+}
+
+/// `--http` as a URL base: a bare ADDR:PORT is plain HTTP.
+fn base_url(http: &str) -> String {
+    if http.starts_with("http://") || http.starts_with("https://") {
+        http.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{http}")
+    }
+}
+
+/// TLS trusting `--ca`'s certificates, or the usual public roots.
+fn tls_config(ca: Option<&std::path::Path>) -> Result<ureq::tls::TlsConfig, String> {
+    use ureq::tls::{Certificate, RootCerts, TlsConfig};
+    let Some(file) = ca else {
+        return Ok(TlsConfig::default());
+    };
+    let read = |e: &dyn std::fmt::Display| format!("--ca {}: {e}", file.display());
+    let pem = std::fs::read(file).map_err(|e| read(&e))?;
+    let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(Ok(cert)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| read(&e))?;
+    if certs.is_empty() {
+        return Err(read(&"no certificate in it"));
+    }
+    let roots = RootCerts::Specific(std::sync::Arc::new(certs));
+    Ok(TlsConfig::builder().root_certs(roots).build())
 }
 
 /// A table (or a line) for people.

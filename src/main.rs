@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use sprout::auth::{log_directive, Gate, Policy};
 use sprout::bridge::{self, config::BridgeArgs};
 use sprout::cli::{self, Args, LogFormat, Mode};
+use sprout::http;
 use sprout::server::{self, Listener, Server};
 use sprout::service;
 use sprout::tls;
@@ -70,26 +71,19 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         Ok(policy) => policy.map(Gate::new),
         Err(e) => return fail("--auth", std::io::Error::other(e)),
     };
-    let listeners = match listen(&args, inherited).await {
+    // (`--http-tls` without `--http` is refused with the HTTP flags.)
+    let http_tls = args.http.tls && args.http.http.is_some();
+    let tls = match tls::Options::from_args(&args.tls, http_tls) {
+        Ok(tls) => tls,
+        Err(e) => return fail("TLS", std::io::Error::other(e)),
+    };
+    let listeners = match listen(&args, inherited, tls.as_ref()).await {
         Ok(listeners) => listeners,
         Err((what, e)) => return fail(&what, e),
     };
-    let http = match sprout::http::Options::from_args(&args.http) {
-        Ok(None) => None,
-        Ok(Some(mut options)) => {
-            options.auth = args.auth.file.is_some();
-            let store = args.binlog_dir.clone();
-            match sprout::http::Port::bind(&options, args.effective_max_job_size(), store).await {
-                Ok(port) => Some(port),
-                Err(e) => {
-                    return fail(
-                        &format!("cannot listen on --http {}:{}", options.host, options.port),
-                        e,
-                    )
-                }
-            }
-        }
-        Err(e) => return fail("--http", std::io::Error::other(e)),
+    let http = match http_port(&args, tls.as_ref()).await {
+        Ok(port) => port,
+        Err((what, e)) => return fail(&what, e),
     };
     if let Some(user) = &args.user {
         if let Err(e) = sprout::user::become_user(user) {
@@ -169,8 +163,9 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
 async fn listen(
     args: &Args,
     inherited: Vec<(OwnedFd, String)>,
+    tls: Option<&tls::Options>,
 ) -> Result<Vec<Listener>, (String, std::io::Error)> {
-    let mut listeners = tls_listeners(args).await?;
+    let mut listeners = tls_listeners(tls).await?;
     if !inherited.is_empty() {
         tracing::info!(
             sockets = inherited.len(),
@@ -192,13 +187,13 @@ async fn listen(
 }
 
 /// One listener per `--tls-listen`, all serving the certificate read now.
-async fn tls_listeners(args: &Args) -> Result<Vec<Listener>, (String, std::io::Error)> {
-    let options = match tls::Options::from_args(&args.tls) {
-        Ok(None) => return Ok(Vec::new()),
-        Ok(Some(options)) => options,
-        Err(e) => return Err(("TLS".into(), std::io::Error::other(e))),
+async fn tls_listeners(
+    tls: Option<&tls::Options>,
+) -> Result<Vec<Listener>, (String, std::io::Error)> {
+    let Some(options) = tls.filter(|o| !o.listen.is_empty()) else {
+        return Ok(Vec::new());
     };
-    let certs = tls::Certs::load(options.files).map_err(|e| ("TLS".into(), e))?;
+    let certs = tls::Certs::load(options.files.clone()).map_err(|e| ("TLS".into(), e))?;
     let certs = std::sync::Arc::new(certs);
     let mut listeners = Vec::with_capacity(options.listen.len());
     for addr in &options.listen {
@@ -208,6 +203,41 @@ async fn tls_listeners(args: &Args) -> Result<Vec<Listener>, (String, std::io::E
         }
     }
     Ok(listeners)
+}
+
+/// The `--http` port, bound (over TLS with `--http-tls`), if asked for.
+async fn http_port(
+    args: &Args,
+    tls: Option<&tls::Options>,
+) -> Result<Option<http::Port>, (String, std::io::Error)> {
+    let mut options = match http::Options::from_args(&args.http) {
+        Ok(None) => return Ok(None),
+        Ok(Some(options)) => options,
+        Err(e) => return Err(("--http".into(), std::io::Error::other(e))),
+    };
+    options.auth = args.auth.file.is_some();
+    let secure = match tls.filter(|_| options.tls) {
+        None => None,
+        Some(tls) => {
+            // The beanstalk port's certificate, without its client CA.
+            let files = tls::Files {
+                client_ca: None,
+                ..tls.files.clone()
+            };
+            let certs = tls::Certs::load(files).map_err(|e| ("--http-tls".into(), e))?;
+            Some(http::HttpTls {
+                certs: std::sync::Arc::new(certs),
+                max_pending: args.tls.max_pending as usize,
+                handshake_timeout: args.tls.handshake_timeout,
+            })
+        }
+    };
+    let store = args.binlog_dir.clone();
+    let bound = http::Port::bind(&options, args.effective_max_job_size(), store, secure).await;
+    bound.map(Some).map_err(|e| {
+        let what = format!("cannot listen on --http {}:{}", options.host, options.port);
+        (what, e)
+    })
 }
 
 /// Logging on stderr: `-V`'s level unless `RUST_LOG` says otherwise; with

@@ -338,7 +338,9 @@ impl Server {
         let reload = match self.listeners.iter().find_map(Listener::certs) {
             Some(certs) => {
                 let hup = signal(SignalKind::hangup())?;
-                Some(tokio::spawn(reload_on_sighup(certs.clone(), hup)))
+                Some(tokio::spawn(
+                    certs.clone().reload_at(hup, "the beanstalk port"),
+                ))
             }
             None => None,
         };
@@ -533,17 +535,6 @@ async fn drain_on_sigusr1(shared: Arc<Shared>, mut usr1: Signal) {
     while usr1.recv().await.is_some() {
         tracing::info!("SIGUSR1: entering drain mode");
         shared.lock().engine.set_draining(true);
-    }
-}
-
-async fn reload_on_sighup(certs: Arc<tls::Certs>, mut hup: Signal) {
-    while hup.recv().await.is_some() {
-        match certs.reload() {
-            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate, key and client CA"),
-            Err(e) => {
-                tracing::error!(error = %e, "SIGHUP: TLS files refused; serving the previous ones")
-            }
-        }
     }
 }
 

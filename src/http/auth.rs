@@ -33,6 +33,7 @@ use serde::Deserialize;
 
 use super::access::{self, Scope};
 use super::app::App;
+use super::client_addr::ClientAddr;
 use super::error::ApiError;
 use super::session::SessionId;
 use crate::auth::{audit, Action, Gate, PrincipalId};
@@ -113,7 +114,7 @@ fn gate(app: &App) -> Option<&Gate> {
 
 async fn api_gate(
     State(app): State<Arc<App>>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(ClientAddr(from)): ConnectInfo<ClientAddr>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -201,7 +202,7 @@ fn unauthorized() -> Response {
 
 async fn page_gate(
     State(app): State<Arc<App>>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(ClientAddr(from)): ConnectInfo<ClientAddr>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -284,7 +285,7 @@ struct Login {
 
 async fn login(
     State(app): State<Arc<App>>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(ClientAddr(from)): ConnectInfo<ClientAddr>,
     Form(form): Form<Login>,
 ) -> Response {
     if !guarded(&app) {

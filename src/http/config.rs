@@ -28,6 +28,11 @@ pub struct HttpArgs {
     /// Require the token for /metrics too (health checks stay open).
     #[arg(long = "http-token-metrics")]
     pub token_metrics: bool,
+
+    /// Serve the HTTP port over TLS (1.3 and 1.2) with --tls-cert and
+    /// --tls-key, reloaded on SIGHUP; it asks for no client certificate.
+    #[arg(long = "http-tls")]
+    pub tls: bool,
 }
 
 /// The flags, checked.
@@ -40,6 +45,8 @@ pub struct Options {
     pub token_metrics: bool,
     /// `--auth` is on: the policy's principals use this port too.
     pub auth: bool,
+    /// `--http-tls`.
+    pub tls: bool,
 }
 
 impl Options {
@@ -48,6 +55,9 @@ impl Options {
         let Some(addr) = &args.http else {
             if args.token.is_some() || args.token_file.is_some() || args.token_metrics {
                 return Err("--http-token* needs --http".into());
+            }
+            if args.tls {
+                return Err("--http-tls needs --http".into());
             }
             return Ok(None);
         };
@@ -69,6 +79,7 @@ impl Options {
             token,
             token_metrics: args.token_metrics,
             auth: false,
+            tls: args.tls,
         }))
     }
 }

@@ -15,6 +15,7 @@
 //!   `--auth`; a bearer header, or a session the dashboard's login
 //!   started) and whether it may; `access`: what each route needs;
 //!   `session`: the sign-ins, kept on the server.
+//! * `tls_accept`: `--http-tls`, handshakes in their own tasks.
 //! * `dashboard`: the page at `/`, its assets compiled into the binary.
 //! * `history`: the last ten minutes of figures, for the charts.
 //!
@@ -23,6 +24,7 @@
 //! port shares nothing with it but the engine lock, which every call here
 //! holds as briefly as a command does.
 
+use std::future::IntoFuture;
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +43,7 @@ mod api;
 mod app;
 mod auth;
 mod batch;
+mod client_addr;
 pub(crate) mod config;
 mod dashboard;
 mod error;
@@ -50,9 +53,13 @@ mod health;
 mod history;
 mod metrics;
 mod session;
+mod tls_accept;
 
 use app::App;
+use client_addr::ClientAddr;
 pub use config::{HttpArgs, Options};
+pub use tls_accept::HttpTls;
+use tls_accept::TlsListener;
 
 /// A bound, serving HTTP port, waiting for the server to attach.
 pub struct Port {
@@ -65,25 +72,31 @@ impl Port {
     /// the rest once [`Port::attach`] is called). `max_job_size` bounds the
     /// bodies of puts.
     /// `store` is `-b DIR`, whose size on disk `/metrics` reports.
+    /// `tls`: with `--http-tls`, the certificate and the handshake cap.
     pub async fn bind(
         options: &Options,
         max_job_size: u32,
         store: Option<PathBuf>,
+        tls: Option<HttpTls>,
     ) -> io::Result<Port> {
         let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
         let addr = listener.local_addr()?;
         let mut app = App::new(options.token.clone(), options.token_metrics);
         app.auth = options.auth;
+        app.tls = tls.is_some();
         app.store_dir = store;
         let app = Arc::new(app);
         let router = router(app.clone(), max_job_size);
+        let service = router.into_make_service_with_connect_info::<ClientAddr>();
+        let served = match tls {
+            None => tokio::spawn(axum::serve(listener, service).into_future()),
+            Some(tls) => {
+                let listener = TlsListener::spawn(listener, tls)?;
+                tokio::spawn(axum::serve(listener, service).into_future())
+            }
+        };
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .await
-            {
+            if let Ok(Err(e)) = served.await {
                 tracing::error!(error = %e, "the HTTP port stopped");
             }
         });

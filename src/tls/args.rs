@@ -60,8 +60,13 @@ impl Options {
     /// What `args` ask for: None without `--tls-listen`, or why the flags
     /// do not go together. A certificate nothing serves is refused rather
     /// than ignored: whoever gave it expects TLS somewhere.
-    pub fn from_args(args: &TlsArgs) -> Result<Option<Options>, String> {
-        if args.listen.is_empty() {
+    pub fn from_args(args: &TlsArgs, http_tls: bool) -> Result<Option<Options>, String> {
+        let user = if args.listen.is_empty() {
+            "--http-tls"
+        } else {
+            "--tls-listen"
+        };
+        if args.listen.is_empty() && !http_tls {
             let files = [
                 (&args.cert, "--tls-cert"),
                 (&args.key, "--tls-key"),
@@ -72,6 +77,11 @@ impl Options {
                 None => Ok(None),
             };
         }
+        if args.listen.is_empty() && args.client_ca.is_some() {
+            return Err("--tls-client-ca is given but no --tls-listen uses it \
+                        (the HTTP port asks for no client certificate)"
+                .into());
+        }
         match (&args.cert, &args.key) {
             (Some(cert), Some(key)) => Ok(Some(Options {
                 listen: args.listen.clone(),
@@ -81,8 +91,8 @@ impl Options {
                     client_ca: args.client_ca.clone(),
                 },
             })),
-            (None, _) => Err("--tls-listen needs --tls-cert (and --tls-key)".into()),
-            (Some(_), None) => Err("--tls-listen needs --tls-key (the key of --tls-cert)".into()),
+            (None, _) => Err(format!("{user} needs --tls-cert (and --tls-key)")),
+            (Some(_), None) => Err(format!("{user} needs --tls-key (the key of --tls-cert)")),
         }
     }
 }
@@ -157,7 +167,47 @@ mod tests {
             ),
         ] {
             let expected = expected.map_err(String::from);
-            assert_eq!(Options::from_args(&args), expected, "{args:?}");
+            assert_eq!(Options::from_args(&args, false), expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn the_http_port_may_use_the_certificate_alone() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        let args = |cert, key, client_ca| TlsArgs {
+            cert,
+            key,
+            client_ca,
+            ..TlsArgs::default()
+        };
+        let files = Files {
+            cert: "c.pem".into(),
+            key: "k.pem".into(),
+            client_ca: None,
+        };
+        let want = Ok(Some(Options {
+            listen: vec![],
+            files,
+        }));
+        // (args, expected) with --http-tls
+        for (args, expected) in [
+            (args(p("c.pem"), p("k.pem"), None), want),
+            (
+                args(None, None, None),
+                Err("--http-tls needs --tls-cert (and --tls-key)".to_owned()),
+            ),
+            (
+                args(p("c.pem"), None, None),
+                Err("--http-tls needs --tls-key (the key of --tls-cert)".to_owned()),
+            ),
+            (
+                args(p("c.pem"), p("k.pem"), p("ca.pem")),
+                Err("--tls-client-ca is given but no --tls-listen uses it \
+                     (the HTTP port asks for no client certificate)"
+                    .to_owned()),
+            ),
+        ] {
+            assert_eq!(Options::from_args(&args, true), expected, "{args:?}");
         }
     }
 

@@ -38,6 +38,20 @@ impl Certs {
             .clone()
     }
 
+    /// Reloads at every `hup` (SIGHUP) until the signal stream ends,
+    /// logging each outcome for `what` (the port these files serve).
+    pub async fn reload_at(self: Arc<Self>, mut hup: tokio::signal::unix::Signal, what: &str) {
+        while hup.recv().await.is_some() {
+            match self.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS files ({what})"),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "SIGHUP: TLS files refused ({what}); serving the previous ones"
+                ),
+            }
+        }
+    }
+
     /// Reads the files again and serves what they now hold; on an error
     /// the configuration in use stays.
     pub fn reload(&self) -> io::Result<()> {

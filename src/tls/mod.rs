@@ -51,3 +51,4 @@ pub use args::{Files, Options, TlsArgs};
 pub use certs::Certs;
 pub use client::client_config;
 pub(crate) use handshake::accept;
+pub use stream::Stream;

@@ -7,6 +7,9 @@
 //! needs it adds `#[path = "common/tls.rs"] mod tls_kit;` beside
 //! `mod common;`.
 
+// Each test binary that includes it uses a part.
+#![allow(dead_code)]
+
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;

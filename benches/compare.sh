@@ -17,6 +17,15 @@
 #   --fill-jobs N   jobs each fill holds (default 1,000,000; 200,000 with --quick)
 #   --out FILE      keep the raw JSON lines here (default: a temporary file)
 #   --only REGEX    only the scenarios whose "MODE LABEL" matches (e.g. 'fsync0 pingpong')
+#   --tls           only the TLS rows: put 50 conns, put 1 conn pipelined and
+#                   pingpong, with A = sprout (--a-cmd) serving TLS
+#                   (benches/tls-wrap.sh) against B = the same sprout in clear
+#                   (mode tls: the cost of TLS), then against B = --b-cmd
+#                   behind stunnel4 (benches/stunnel-wrap.sh; mode
+#                   tls-stunnel: what beanstalkd's users run). Certificates
+#                   are made with openssl; the load tool speaks TLS to the
+#                   TLS sides (a wrapper names its load flags in the file
+#                   BENCH_LOAD_ARGS names).
 # Each server is started as `CMD -l 127.0.0.1 -p PORT [-b DIR [-f 0]]`, so any
 # beanstalkd-compatible server taking those flags (tuber, another rewrite) can
 # be A or B. Prints a Markdown table.
@@ -33,6 +42,7 @@ fill_only=false
 fill_jobs=""
 out=""
 only=""
+tls=false
 
 while (($#)); do
     case $1 in
@@ -45,6 +55,7 @@ while (($#)); do
         --fill-jobs) fill_jobs=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
+        --tls) tls=true; shift ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -64,6 +75,9 @@ if [[ $b_cmd == /usr/bin/beanstalkd && ! -x $b_cmd ]]; then
     # Debian starts the service on install; the script starts its own.
     systemctl stop beanstalkd 2>/dev/null || true
 fi
+if $tls && ! command -v stunnel4 >/dev/null; then
+    apt-get install -y stunnel4 >&2 || { apt-get update >&2 && apt-get install -y stunnel4 >&2; }
+fi
 load=$(cargo bench --bench load --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\)).*/\1/p' | tail -1)
 [[ -x $load ]] || { echo "compare.sh: could not build the load tool" >&2; exit 1; }
 
@@ -77,6 +91,24 @@ trap cleanup EXIT
 out=${out:-$work/results.jsonl}
 : >"$out"
 
+# make_certs DIR: a CA (ca.pem) and a certificate for 127.0.0.1 and
+# localhost it signed (server.pem, server.key), EC P-256.
+make_certs() {
+    local dir=$1
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=bench-ca -keyout "$dir/ca.key" -out "$dir/ca.pem" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$dir/san"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+        -CAcreateserial -days 2 -extfile "$dir/san" -out "$dir/server.pem" 2>/dev/null
+}
+if $tls; then
+    make_certs "$work/tls"
+    export BENCH_TLS_DIR=$work/tls
+fi
+
 source "$repo/benches/servers.sh"
 
 failures=0
@@ -84,7 +116,13 @@ failures=0
 run() {
     local mode=$1 label=$2 side=$3 round=$4 cmd extra=()
     shift 4
-    if [[ $side == A ]]; then cmd=$a_cmd; else cmd=$b_cmd; fi
+    case $mode/$side in
+        tls/A | tls-stunnel/A) cmd="env SPROUT=$a_cmd $repo/benches/tls-wrap.sh" ;;
+        tls/B) cmd=$a_cmd ;;
+        tls-stunnel/B) cmd="$repo/benches/stunnel-wrap.sh $b_cmd" ;;
+        */A) cmd=$a_cmd ;;
+        */B) cmd=$b_cmd ;;
+    esac
     case $mode in
         durable) extra=(-b "$work/data") ;;
         fsync0) extra=(-b "$work/data" -f 0) ;;
@@ -93,10 +131,12 @@ run() {
     # A server that needs other processes (benches/cluster-wrap.sh: its NATS
     # servers) names them here; their CPU is reported apart.
     : >"$work/helpers"
-    BENCH_HELPER_PIDS=$work/helpers start_server "$cmd" "${extra[@]}"
-    local helpers=() line prefix="{\"mode\":\"$mode\",\"label\":\"$label\",\"side\":\"$side\",\"round\":$round,"
+    : >"$work/load-args"
+    BENCH_HELPER_PIDS=$work/helpers BENCH_LOAD_ARGS=$work/load-args start_server "$cmd" "${extra[@]}"
+    local helpers=() load_args=() line prefix="{\"mode\":\"$mode\",\"label\":\"$label\",\"side\":\"$side\",\"round\":$round,"
     if [[ -s $work/helpers ]]; then helpers=(--helper-pids "$(cat "$work/helpers")"); fi
-    if line=$("$load" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" "${helpers[@]}" 2>"$work/load.err"); then
+    if [[ -s $work/load-args ]]; then read -ra load_args <"$work/load-args"; fi
+    if line=$("$load" "$@" --addr "127.0.0.1:$port" --pid "$server_pid" "${helpers[@]}" "${load_args[@]}" 2>"$work/load.err"); then
         echo "${line/#\{/$prefix}" >>"$out"
     else
         failures=$((failures + 1))
@@ -122,6 +162,13 @@ k=$((20000 * scale)) # jobs of a quick put; the default run has 5x as many
 echo "A: $a_cmd" >&2
 echo "B: $b_cmd" >&2
 fill_jobs=${fill_jobs:-$((10 * k))}
+if $tls; then
+    for mode in tls tls-stunnel; do
+        scenario $mode "put, 50 conns" put --conns 50 --jobs $((5 * k))
+        scenario $mode "put, 1 conn pipelined" put --conns 1 --jobs $((5 * k))
+        scenario $mode "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((2 * k))
+    done
+else
 if ! $fill_only; then
 scenario memory "put, 50 conns" put --conns 50 --jobs $((5 * k))
 scenario memory "put, 1 conn pipelined" put --conns 1 --jobs $((5 * k))
@@ -145,8 +192,14 @@ if $durable && ! $fill_only; then
         scenario $mode "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((n / 2))
     done
 fi
+fi
 echo >&2
 
+if $tls; then
+    echo "TLS rows: in mode tls, A = \`$a_cmd\` serving TLS and B = the same in clear;"
+    echo "in mode tls-stunnel, A = \`$a_cmd\` serving TLS and B = \`$b_cmd\` behind stunnel4."
+    echo
+fi
 python3 - "$out" "$a_cmd" "$b_cmd" <<'EOF'
 import json, statistics, sys
 
@@ -206,7 +259,7 @@ for (mode, label), sides in groups.items():
                  f"B {fmt(med(rb, 'sys_us_per_job'), 2)}")
     for side, rs in (("A", ra), ("B", rb)):
         if any("helper_cpu_us_per_job" in r for r in rs):
-            notes.append(f"{side}'s helpers (NATS) CPU µs/job {fmt(med(rs, 'helper_cpu_us_per_job'), 2)}")
+            notes.append(f"{side}'s helpers (NATS, stunnel) CPU µs/job {fmt(med(rs, 'helper_cpu_us_per_job'), 2)}")
     if errors:
         notes.append(f"**{len(errors)} failed**: {errors[0][:80]}")
     print(f"| {mode} | {label} | {fmt(med(ra, 'jobs_per_sec'))} | {fmt(med(rb, 'jobs_per_sec'))} "

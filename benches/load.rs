@@ -24,6 +24,12 @@
 //! backlog ÷ throughput; `--rate` measures latency at a fixed load instead.
 //! `fill` leaves its jobs in the server.
 //!
+//! With `--tls CA_FILE` every connection speaks TLS (rustls, sprout's own
+//! `tls::client_config`), checking the server's certificate for the host
+//! of `--addr` against CA_FILE; `--tls-cert`/`--tls-key` show a client
+//! certificate to a server that asks for one. The handshakes happen while
+//! connecting, before the clock starts: what is timed is the traffic.
+//!
 //! With `--pid` (the server's process id) the line also carries the server's
 //! CPU time over the timed part (utime + stime from `/proc/PID/stat`, and
 //! the kernel's share, stime, on its own) and its memory (`VmRSS`, `VmHWM`
@@ -39,12 +45,15 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use clap::{Parser, ValueEnum};
+use rustls_pki_types::ServerName;
 use sprout_protocol::codec::ClientCodec;
 use sprout_protocol::encode::encode_command;
 use sprout_protocol::{Command, JobId, Response, TubeName};
-use tokio::io::Interest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 use tokio_util::codec::Decoder;
 
 /// A connection that has had no reply for this long is declared stalled.
@@ -122,6 +131,15 @@ struct Args {
     /// (`helper_cpu_us_per_job`).
     #[arg(long, value_delimiter = ',')]
     helper_pids: Vec<u32>,
+    /// Speak TLS, trusting the CAs in this PEM file.
+    #[arg(long, value_name = "CA_FILE")]
+    tls: Option<std::path::PathBuf>,
+    /// With --tls: the client certificate (PEM chain) to show.
+    #[arg(long, value_name = "FILE", requires_all = ["tls", "tls_key"])]
+    tls_cert: Option<std::path::PathBuf>,
+    /// With --tls-cert: its private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 type Fallible<T> = Result<T, String>;
@@ -171,10 +189,12 @@ async fn run(args: Args) -> Fallible<String> {
     report.text("addr", &args.addr);
     report.number("window", args.window as u64);
     report.number("size", args.size as u64);
+    report.number("tls", args.tls.is_some() as u64);
     let setup = Setup {
         addr: &args.addr,
         tube: &tube,
         window: args.window,
+        tls: tls(&args)?,
     };
     // Connect first, so the plan's clock starts with the work. Stamped
     // scenarios have consumers (`conns`) and producers.
@@ -276,11 +296,29 @@ async fn run(args: Args) -> Fallible<String> {
     Ok(report.finish())
 }
 
+/// `--tls …`: how to start TLS on each connection, and the server's name
+/// (the host of `--addr`) its certificate must carry.
+fn tls(args: &Args) -> Fallible<Option<(TlsConnector, ServerName<'static>)>> {
+    let Some(ca) = &args.tls else {
+        return Ok(None);
+    };
+    let identity = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+    let config = sprout::tls::client_config(ca, identity).map_err(|e| e.to_string())?;
+    let host = match args.addr.rsplit_once(':') {
+        Some((host, _)) => host.trim_start_matches('[').trim_end_matches(']'),
+        None => &args.addr,
+    };
+    let name =
+        ServerName::try_from(host.to_string()).map_err(|e| format!("--addr host {host:?}: {e}"))?;
+    Ok(Some((TlsConnector::from(config), name)))
+}
+
 /// What to connect to and how every connection is set up.
 struct Setup<'a> {
     addr: &'a str,
     tube: &'a TubeName,
     window: usize,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
 }
 
 impl Setup<'_> {
@@ -288,10 +326,23 @@ impl Setup<'_> {
     async fn connect(&self, n: usize) -> Fallible<Vec<Conn>> {
         let mut conns = Vec::with_capacity(n);
         for _ in 0..n {
-            let stream = TcpStream::connect(self.addr)
+            let tcp = TcpStream::connect(self.addr)
                 .await
                 .map_err(|e| format!("connect to {}: {e}", self.addr))?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+            let stream = match &self.tls {
+                None => Stream::Plain(tcp),
+                Some((connector, name)) => {
+                    let tls = connector.connect(name.clone(), tcp).await;
+                    let tls = tls.map_err(|e| format!("TLS handshake with {}: {e}", self.addr))?;
+                    let (rx, tx) = tokio::io::split(tls);
+                    Stream::Tls {
+                        rx,
+                        tx,
+                        unflushed: false,
+                    }
+                }
+            };
             let mut conn = Conn {
                 stream,
                 rbuf: BytesMut::with_capacity(64 * 1024),
@@ -339,10 +390,23 @@ trait Work {
 
 /// One connection with its buffers: the only place that does socket I/O.
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     rbuf: BytesMut,
     wbuf: BytesMut,
     codec: ClientCodec,
+}
+
+/// A connection's socket, plain or TLS.
+enum Stream {
+    Plain(TcpStream),
+    /// Split so that a read and a write can wait at once; `unflushed`:
+    /// written, but rustls may still hold some of it (a write that met a
+    /// full socket), to be flushed before waiting only on replies.
+    Tls {
+        rx: ReadHalf<TlsStream<TcpStream>>,
+        tx: WriteHalf<TlsStream<TcpStream>>,
+        unflushed: bool,
+    },
 }
 
 impl Conn {
@@ -375,12 +439,7 @@ impl Conn {
                     continue;
                 }
             }
-            let interest = if self.wbuf.is_empty() {
-                Interest::READABLE
-            } else {
-                Interest::READABLE | Interest::WRITABLE
-            };
-            let ready = tokio::time::timeout(STALL, self.stream.ready(interest))
+            let read = tokio::time::timeout(STALL, self.transfer())
                 .await
                 .map_err(|_| {
                     let work = std::any::type_name::<W>().rsplit("::").next().unwrap_or("");
@@ -388,33 +447,79 @@ impl Conn {
                     format!("server stalled: no reply for {STALL:?} to {work}'s {n} commands")
                 })?
                 .map_err(io_error)?;
-            if ready.is_writable() && !self.wbuf.is_empty() {
-                match self.stream.try_write(&self.wbuf) {
-                    Ok(n) => self.wbuf.advance(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(io_error(e)),
-                }
-            }
-            if ready.is_readable() {
-                self.rbuf.reserve(16 * 1024);
-                match self.stream.try_read_buf(&mut self.rbuf) {
-                    Ok(0) => return Err("the server closed the connection".into()),
-                    Ok(_) => {
-                        while let Some(reply) =
-                            self.codec.decode(&mut self.rbuf).map_err(io_error)?
-                        {
-                            let tag = tags
-                                .pop_front()
-                                .ok_or_else(|| format!("reply {reply:?} to no command"))?;
-                            work.reply(tag, reply)?;
-                        }
+            match read {
+                Read::Closed => return Err("the server closed the connection".into()),
+                Read::Nothing => {}
+                Read::Some => {
+                    while let Some(reply) = self.codec.decode(&mut self.rbuf).map_err(io_error)? {
+                        let tag = tags
+                            .pop_front()
+                            .ok_or_else(|| format!("reply {reply:?} to no command"))?;
+                        work.reply(tag, reply)?;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(io_error(e)),
                 }
             }
         }
     }
+
+    /// Waits until the socket takes some of `wbuf` or has bytes for `rbuf`,
+    /// and moves what it can.
+    async fn transfer(&mut self) -> io::Result<Read> {
+        self.rbuf.reserve(16 * 1024);
+        let read = |n: usize| if n == 0 { Read::Closed } else { Read::Some };
+        match &mut self.stream {
+            Stream::Plain(stream) => {
+                let interest = if self.wbuf.is_empty() {
+                    Interest::READABLE
+                } else {
+                    Interest::READABLE | Interest::WRITABLE
+                };
+                let ready = stream.ready(interest).await?;
+                if ready.is_writable() && !self.wbuf.is_empty() {
+                    match stream.try_write(&self.wbuf) {
+                        Ok(n) => self.wbuf.advance(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if !ready.is_readable() {
+                    return Ok(Read::Nothing);
+                }
+                match stream.try_read_buf(&mut self.rbuf) {
+                    Ok(n) => Ok(read(n)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Read::Nothing),
+                    Err(e) => Err(e),
+                }
+            }
+            Stream::Tls { rx, tx, unflushed } => {
+                let sending = !self.wbuf.is_empty() || *unflushed;
+                let wbuf = &mut self.wbuf;
+                // Cancelled when a read comes first: a write or flush not
+                // finished has taken nothing.
+                let send = async {
+                    if wbuf.is_empty() {
+                        tx.flush().await?;
+                        *unflushed = false;
+                    } else {
+                        wbuf.advance(tx.write(wbuf).await?);
+                        *unflushed = true;
+                    }
+                    Ok(Read::Nothing)
+                };
+                tokio::select! {
+                    n = rx.read_buf(&mut self.rbuf) => Ok(read(n?)),
+                    sent = send, if sending => sent,
+                }
+            }
+        }
+    }
+}
+
+/// What one [`Conn::transfer`] read.
+enum Read {
+    Some,
+    Nothing,
+    Closed,
 }
 
 fn io_error(e: io::Error) -> String {

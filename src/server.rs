@@ -121,15 +121,21 @@ impl Listener {
     /// The origin of a connection this listener accepted from `addr`
     /// (its certificate, on a TLS listener, once the handshake is done).
     fn peer(&self, addr: String) -> Peer {
-        let listener = match self {
-            // As `--tls-listen` spells it: the log's `tls:` is left out.
-            Listener::Tls(l, _) => l.local_addr().map_or("tls:?".into(), |a| a.to_string()),
-            _ => self.to_string(),
-        };
         Peer {
             addr,
-            listener,
+            listener: self.name(),
             cert: None,
+        }
+    }
+
+    /// Its name in `Peer.listener` and in an `--auth` policy: as bound,
+    /// and as `-l` or `--tls-listen` spell it (`127.0.0.1:11300`,
+    /// `unix:/run/sprout/sprout.sock`): the `tls:` the log shows before a
+    /// TLS listener is left out.
+    fn name(&self) -> String {
+        match self {
+            Listener::Tls(l, _) => l.local_addr().map_or("tls:?".into(), |a| a.to_string()),
+            _ => self.to_string(),
         }
     }
 
@@ -310,7 +316,7 @@ impl Server {
     /// warning: its connections would have to authenticate after all.
     pub fn with_auth(self, gate: Option<Gate>) -> Server {
         let Some(gate) = gate else { return self };
-        let bound: Vec<String> = self.listeners.iter().map(Listener::to_string).collect();
+        let bound: Vec<String> = self.listeners.iter().map(Listener::name).collect();
         for named in gate.policy().listeners() {
             if !bound.iter().any(|l| l == named) {
                 tracing::warn!(

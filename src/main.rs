@@ -48,7 +48,11 @@ async fn run_bridge(args: &BridgeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail("cannot handle signals", e),
     };
-    let connector = bridge::server_side::Connector::Tcp(args.server.clone());
+    let remote = match bridge::remote::Remote::new(args.server.clone(), &args.remote) {
+        Ok(remote) => remote,
+        Err(e) => return fail("bridge", std::io::Error::other(e)),
+    };
+    let connector = bridge::server_side::Connector::Tcp(remote);
     match bridge::run(config, connector, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("bridge failed", e),

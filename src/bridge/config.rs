@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
+
+use super::remote::RemoteArgs;
 use sprout_protocol::{TubeName, MAX_TUBE_NAME_LEN};
 
 /// Prefix of the internal tube that holds one delayed timer job per key.
@@ -61,6 +63,10 @@ pub struct BridgeArgs {
 
     #[command(flatten)]
     pub options: BridgeOptions,
+
+    /// TLS and the token for a secured --server.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 impl BridgeArgs {

@@ -21,7 +21,8 @@
 //!   own process tunes glibc's allocator ([`crate::malloc`]).
 //! * Adapters: `redis_side` and [`server_side`], the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
-//!   do); `failure` (why a step failed, and the retry); `sentinel` (where
+//!   do; [`remote`], TLS and a token for a secured server); `failure`
+//!   (why a step failed, and the retry); `sentinel` (where
 //!   a Sentinel master is now, and following it); `cluster` (a Redis
 //!   Cluster as one node: its topology, each key read at its slot's
 //!   master, and `cluster::Target`, what the registry reads keys from).
@@ -117,6 +118,7 @@ mod keys;
 mod reconcile;
 mod redis_side;
 mod registry;
+pub mod remote;
 mod sentinel;
 pub mod server_side;
 mod sync;

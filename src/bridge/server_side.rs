@@ -14,6 +14,7 @@ use std::time::Duration;
 use sprout_protocol::{Command, Response};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::remote::Remote;
 use super::triggers::Triggers;
 use crate::client::{self, Client};
 use crate::server::LocalConnector;
@@ -27,18 +28,15 @@ pub type ServerConn = Client<Box<dyn Stream>>;
 /// How the bridge reaches the server.
 #[derive(Clone)]
 pub enum Connector {
-    Tcp(String),
+    /// Over the network (`sprout bridge --server`).
+    Tcp(Remote),
     Local(LocalConnector),
 }
 
 impl Connector {
     async fn connect(&self) -> client::Result<ServerConn> {
         match self {
-            Connector::Tcp(addr) => {
-                let stream = tokio::net::TcpStream::connect(addr.as_str()).await?;
-                stream.set_nodelay(true)?;
-                Ok(Client::new(Box::new(stream)))
-            }
+            Connector::Tcp(remote) => remote.connect().await,
             Connector::Local(local) => Ok(Client::new(Box::new(local.connect()))),
         }
     }

@@ -236,6 +236,13 @@ impl Bridge {
     /// Starts `sprout bridge` with `args` (after the subcommand) and waits
     /// until its first reconciliation is done (events are followed by then).
     pub fn start(args: &[String]) -> Bridge {
+        let mut bridge = Bridge::spawn(args);
+        bridge.wait_log("reconciled");
+        bridge
+    }
+
+    /// Starts `sprout bridge` with `args`, without waiting for anything.
+    pub fn spawn(args: &[String]) -> Bridge {
         let logs = TempDir::new();
         let stderr = std::fs::File::create(logs.path().join("stderr")).expect("stderr file");
         let child = Command::new(env!("CARGO_BIN_EXE_sprout"))
@@ -247,9 +254,7 @@ impl Bridge {
             .stderr(stderr)
             .spawn()
             .expect("spawn sprout bridge");
-        let mut bridge = Bridge { child, logs };
-        bridge.wait_log("reconciled");
-        bridge
+        Bridge { child, logs }
     }
 
     /// Waits (5 s at most) for `needle` in the bridge's log.

@@ -26,6 +26,11 @@
 #                   are made with openssl; the load tool speaks TLS to the
 #                   TLS sides (a wrapper names its load flags in the file
 #                   BENCH_LOAD_ARGS names).
+#   --auth          only the access-check rows: put 50 conns, put 1 conn
+#                   pipelined and pingpong, with A = sprout (--a-cmd) under
+#                   --auth with 100 principals (benches/auth-wrap.sh; every
+#                   connection authenticates first) against B = the same
+#                   sprout without --auth (mode auth).
 # Each server is started as `CMD -l 127.0.0.1 -p PORT [-b DIR [-f 0]]`, so any
 # beanstalkd-compatible server taking those flags (tuber, another rewrite) can
 # be A or B. Prints a Markdown table.
@@ -43,6 +48,7 @@ fill_jobs=""
 out=""
 only=""
 tls=false
+auth=false
 
 while (($#)); do
     case $1 in
@@ -56,6 +62,7 @@ while (($#)); do
         --out) out=$2; shift 2 ;;
         --only) only=$2; shift 2 ;;
         --tls) tls=true; shift ;;
+        --auth) auth=true; shift ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -118,7 +125,8 @@ run() {
     shift 4
     case $mode/$side in
         tls/A | tls-stunnel/A) cmd="env SPROUT=$a_cmd $repo/benches/tls-wrap.sh" ;;
-        tls/B) cmd=$a_cmd ;;
+        tls/B | auth/B) cmd=$a_cmd ;;
+        auth/A) cmd="env SPROUT=$a_cmd $repo/benches/auth-wrap.sh" ;;
         tls-stunnel/B) cmd="$repo/benches/stunnel-wrap.sh $b_cmd" ;;
         */A) cmd=$a_cmd ;;
         */B) cmd=$b_cmd ;;
@@ -162,8 +170,11 @@ k=$((20000 * scale)) # jobs of a quick put; the default run has 5x as many
 echo "A: $a_cmd" >&2
 echo "B: $b_cmd" >&2
 fill_jobs=${fill_jobs:-$((10 * k))}
-if $tls; then
-    for mode in tls tls-stunnel; do
+if $tls || $auth; then
+    modes=()
+    if $tls; then modes+=(tls tls-stunnel); fi
+    if $auth; then modes+=(auth); fi
+    for mode in "${modes[@]}"; do
         scenario $mode "put, 50 conns" put --conns 50 --jobs $((5 * k))
         scenario $mode "put, 1 conn pipelined" put --conns 1 --jobs $((5 * k))
         scenario $mode "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((2 * k))
@@ -195,6 +206,9 @@ fi
 fi
 echo >&2
 
+if $auth; then
+    echo "Auth rows: A = \`$a_cmd\` with --auth (100 principals, each connection authenticated) and B = the same without."
+fi
 if $tls; then
     echo "TLS rows: in mode tls, A = \`$a_cmd\` serving TLS and B = the same in clear;"
     echo "in mode tls-stunnel, A = \`$a_cmd\` serving TLS and B = \`$b_cmd\` behind stunnel4."

@@ -24,6 +24,10 @@
 //! backlog ÷ throughput; `--rate` measures latency at a fixed load instead.
 //! `fill` leaves its jobs in the server.
 //!
+//! With `--auth-token-file FILE` every connection first authenticates
+//! (`auth`, a server with `--auth`), so the cost of the access checks
+//! shows beside a run without them.
+//!
 //! With `--tls CA_FILE` every connection speaks TLS (rustls, sprout's own
 //! `tls::client_config`), checking the server's certificate for the host
 //! of `--addr` against CA_FILE; `--tls-cert`/`--tls-key` show a client
@@ -48,7 +52,7 @@ use clap::{Parser, ValueEnum};
 use rustls_pki_types::ServerName;
 use sprout_protocol::codec::ClientCodec;
 use sprout_protocol::encode::encode_command;
-use sprout_protocol::{Command, JobId, Response, TubeName};
+use sprout_protocol::{Command, JobId, Response, Token, TubeName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -140,6 +144,10 @@ struct Args {
     /// With --tls-cert: its private key.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+    /// Authenticate every connection first (`auth TOKEN`, a server with
+    /// --auth) with the token in FILE (its first line).
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<std::path::PathBuf>,
 }
 
 type Fallible<T> = Result<T, String>;
@@ -190,11 +198,13 @@ async fn run(args: Args) -> Fallible<String> {
     report.number("window", args.window as u64);
     report.number("size", args.size as u64);
     report.number("tls", args.tls.is_some() as u64);
+    report.number("auth", args.auth_token_file.is_some() as u64);
     let setup = Setup {
         addr: &args.addr,
         tube: &tube,
         window: args.window,
         tls: tls(&args)?,
+        token: token(&args)?,
     };
     // Connect first, so the plan's clock starts with the work. Stamped
     // scenarios have consumers (`conns`) and producers.
@@ -313,12 +323,25 @@ fn tls(args: &Args) -> Fallible<Option<(TlsConnector, ServerName<'static>)>> {
     Ok(Some((TlsConnector::from(config), name)))
 }
 
+/// `--auth-token-file`'s token.
+fn token(args: &Args) -> Fallible<Option<Token>> {
+    let Some(file) = &args.auth_token_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    Ok(Some(Token::new(
+        text.lines().next().unwrap_or("").trim().to_owned(),
+    )))
+}
+
 /// What to connect to and how every connection is set up.
 struct Setup<'a> {
     addr: &'a str,
     tube: &'a TubeName,
     window: usize,
     tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// Sent as `auth` before anything else.
+    token: Option<Token>,
 }
 
 impl Setup<'_> {
@@ -349,6 +372,11 @@ impl Setup<'_> {
                 wbuf: BytesMut::with_capacity(64 * 1024),
                 codec: ClientCodec::new(),
             };
+            if let Some(token) = &self.token {
+                let auth = (Command::Auth(token.clone()), Response::Authenticated);
+                conn.run(&mut Script(VecDeque::from([auth])), self.window)
+                    .await?;
+            }
             if *self.tube != TubeName::default_tube() {
                 let mut script = Script(VecDeque::from([
                     (

@@ -125,6 +125,7 @@ impl Listener {
             addr,
             listener: self.name(),
             cert: None,
+            vouched: None,
         }
     }
 

@@ -169,11 +169,12 @@ pub fn relay_rule(peer_tls: bool, guards: &[&str], insecure: bool) -> Result<(),
         return Ok(());
     }
     Err(format!(
-        "{} protect this node's clients, but a standby would pass them to the leader \
-         in clear text, where they lose their principal: give --cluster-peer-listen, \
-         --cluster-peer-cert, --cluster-peer-key and --cluster-peer-ca (mutual TLS \
-         between the nodes), or --cluster-insecure to accept that",
-        guards.join(" and ")
+        "this node protects its clients ({}), but a standby would pass them to the \
+         leader in clear text, where they lose their principal: give \
+         --cluster-peer-listen, --cluster-peer-cert, --cluster-peer-key and \
+         --cluster-peer-ca (mutual TLS between the nodes), or --cluster-insecure to \
+         accept that",
+        guards.join(", ")
     ))
 }
 

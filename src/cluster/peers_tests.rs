@@ -314,3 +314,19 @@ fn server_names_of_advertised_addresses() {
     ));
     assert!(server_name("n1.internal").is_err());
 }
+
+#[test]
+fn sighup_takes_a_good_certificate_and_keeps_the_old_for_a_bad_one() {
+    let pki = Pki::new("reload");
+    let node = pki.issue("node", "n1", both());
+    let tls = PeerTls::load(&node, "127.0.0.1:11400").unwrap();
+    let (server, client) = (tls.server(), tls.client());
+    // A certificate the other nodes would refuse as a client.
+    pki.issue("node", "n1", vec![Eku::ServerAuth]);
+    let e = tls.reload().unwrap_err().to_string();
+    assert!(e.contains("as a client"), "{e}");
+    assert!(Arc::ptr_eq(&server, &tls.server()) && Arc::ptr_eq(&client, &tls.client()));
+    pki.issue("node", "n1", both());
+    tls.reload().unwrap();
+    assert!(!Arc::ptr_eq(&server, &tls.server()) && !Arc::ptr_eq(&client, &tls.client()));
+}

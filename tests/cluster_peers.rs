@@ -7,7 +7,8 @@
 //!   client's transcript (AUTH_REQUIRED, then FORBIDDEN outside its grants)
 //!   is byte for byte the same through every node, and a client whose
 //!   certificate names a principal has its rights through a standby with
-//!   no `auth`, as on the leader. The leader's audit trail shows the relay.
+//!   no `auth`, as on the leader. The leader's audit trail shows the relay;
+//!   a client's half-close still passes over the TLS link.
 //! - A stranger on a peer port gets no further than the handshake: not in
 //!   clear text, not over TLS without a certificate, not with a
 //!   certificate of the clients' CA. A node's certificate gets through (so
@@ -249,6 +250,15 @@ fn through_every_node_a_client_has_its_rights_and_strangers_stay_out() {
         );
     }
     eprintln!("node {leader} leads; the same bytes through every node");
+    // A client that shuts its writing side still gets every answer: the
+    // standby passes the half-close on over TLS.
+    let standby = order[1];
+    let mut c = Client::tcp(cluster.sprouts.ports[standby]);
+    c.send(b"use halfclosed\r\nput 0 0 60 2\r\nhi\r\n");
+    c.shutdown_write();
+    assert_eq!(c.expect_line(), "USING halfclosed");
+    assert!(c.expect_line().starts_with("INSERTED "));
+    c.expect_closed();
     let log = cluster.sprouts.nodes[leader].as_ref().unwrap().stderr();
     let relayed = |l: &&str| l.contains("relayed") && l.contains("principal=\"worker\"");
     assert_eq!(

@@ -15,7 +15,8 @@
 //!   `alarm` (what wakes the timer thread early), `binlog_stats` (the
 //!   store's counters, which the engine's `stats` and `/metrics` read),
 //!   `peer` (who is at the other end of a connection: address, listener,
-//!   client certificate), [`auth`] (`--auth`: the policy, the access
+//!   client certificate, what a node that passed it on vouched for),
+//!   [`auth`] (`--auth`: the policy, the access
 //!   decision, a connection's session, the audit trail; it knows only the
 //!   protocol and `peer`), `pending` (the slots and deadline of connections
 //!   not yet trusted: `--max-pending`, `--handshake-timeout`), `percent`
@@ -43,7 +44,9 @@
 //! * [`cluster`]: `--cluster`, the job state replicated on NATS JetStream:
 //!   the leader's group commits go to a stream instead of the journal
 //!   (`cluster/writer.rs`, a `store::Store`), standbys follow it and pass
-//!   their clients to the leader; its map opens `cluster/mod.rs`.
+//!   their clients to the leader (with `--cluster-peer-*` over mutual TLS
+//!   to its peer listener, saying who each client is:
+//!   `cluster/peers.rs`); its map opens `cluster/mod.rs`.
 //! * [`cli`]: beanstalkd's flags and sprout's own. [`server`]: listeners,
 //!   the accept loop, signals, recovery at startup, shutdown. [`admin`]:
 //!   `sprout admin`, a shell client of the HTTP API. [`malloc`]: glibc's

@@ -81,7 +81,11 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         Ok(tls) => tls,
         Err(e) => return fail("TLS", std::io::Error::other(e)),
     };
-    let listeners = match listen(&args, inherited, tls.as_ref()).await {
+    let cluster = match cluster_options(&args) {
+        Ok(cluster) => cluster,
+        Err(e) => return fail("--cluster", std::io::Error::other(e)),
+    };
+    let listeners = match listen(&args, inherited, tls.as_ref(), cluster.as_ref()).await {
         Ok(listeners) => listeners,
         Err((what, e)) => return fail(&what, e),
     };
@@ -118,22 +122,15 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     if let (Some(port), Some(config)) = (&http, &embedded) {
         port.show_bridge(&config.tube, &config.timer_tube, status.clone());
     }
-    let cluster = sprout::cluster::Options::from_args(
-        &args.cluster,
-        &args.listen,
-        args.port,
-        args.binlog_dir.is_some(),
-    );
     // Setting a cluster up waits for NATS, for as long as it takes to
     // start or elect: SIGTERM stops that wait too.
     tokio::pin!(shutdown);
     let opened = match cluster {
-        Err(e) => return fail("--cluster", std::io::Error::other(e)),
-        Ok(Some(options)) => tokio::select! {
+        Some(options) => tokio::select! {
             opened = Server::open_cluster(listeners, &args, &options) => opened,
             () = &mut shutdown => return ExitCode::SUCCESS,
         },
-        Ok(None) => Server::open(listeners, &args),
+        None => Server::open(listeners, &args),
     };
     let server = match opened {
         Ok(server) => server.with_http(http).with_auth(gate),
@@ -161,15 +158,31 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
     }
 }
 
+/// `--cluster`'s options, checked before anything is bound.
+fn cluster_options(args: &Args) -> Result<Option<sprout::cluster::Options>, String> {
+    let guards = [
+        ("--auth", args.auth.file.is_some()),
+        ("--tls-listen", !args.tls.listen.is_empty()),
+    ];
+    let guards: Vec<&str> = guards.iter().filter(|g| g.1).map(|g| g.0).collect();
+    let binlog = args.binlog_dir.is_some();
+    sprout::cluster::Options::from_args(&args.cluster, &args.listen, args.port, binlog, &guards)
+}
+
 /// The sockets to serve: those systemd passed (socket activation, which
 /// replaces `-l`/`-p`, as in beanstalkd), else one per `-l`; and one per
-/// `--tls-listen` either way (systemd passes no TLS configuration).
+/// `--tls-listen` and the cluster's peer listener either way (systemd
+/// passes no TLS configuration).
 async fn listen(
     args: &Args,
     inherited: Vec<(OwnedFd, String)>,
     tls: Option<&tls::Options>,
+    cluster: Option<&sprout::cluster::Options>,
 ) -> Result<Vec<Listener>, (String, std::io::Error)> {
     let mut listeners = tls_listeners(tls).await?;
+    if let Some(l) = peer_listener(cluster).await? {
+        listeners.push(l);
+    }
     if !inherited.is_empty() {
         tracing::info!(
             sockets = inherited.len(),
@@ -242,6 +255,25 @@ async fn http_port(
         let what = format!("cannot listen on --http {}:{}", options.host, options.port);
         (what, e)
     })
+}
+
+/// The cluster's peer listener, with `--cluster-peer-*`, its files read now.
+async fn peer_listener(
+    cluster: Option<&sprout::cluster::Options>,
+) -> Result<Option<Listener>, (String, std::io::Error)> {
+    let Some((peers, options)) = cluster.and_then(|o| Some((o.peers.as_ref()?, o))) else {
+        return Ok(None);
+    };
+    let what = "--cluster-peer-cert";
+    let tls = sprout::cluster::PeerTls::load(peers, &options.advertise);
+    let tls = std::sync::Arc::new(tls.map_err(|e| (what.to_string(), e))?);
+    match Listener::bind_peer(&peers.listen, tls).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) => Err((
+            format!("cannot listen on --cluster-peer-listen {}", peers.listen),
+            e,
+        )),
+    }
 }
 
 /// Logging on stderr: `-V`'s level unless `RUST_LOG` says otherwise; with

@@ -1,8 +1,10 @@
 //! Who is at the other end of a connection, as far as the transport knows:
-//! the address it came from, the listener that took it, and the client
-//! certificate it showed in a TLS handshake. The listeners (`server.rs`,
-//! `tls/`) fill it in; the access checks (`auth/`) and the audit log read
-//! it. A leaf: it knows no other module.
+//! the address it came from, the listener that took it, the client
+//! certificate it showed in a TLS handshake, and, for a client another
+//! node of the cluster passed on, what that node vouched for. The
+//! listeners (`server.rs`, `tls/`, `cluster/peers.rs`) fill it in; the
+//! access checks (`auth/`) and the audit log read it. A leaf: it knows no
+//! other module.
 
 use std::fmt;
 
@@ -18,6 +20,20 @@ pub struct Peer {
     pub listener: String,
     /// The verified client certificate, on a TLS listener that got one.
     pub cert: Option<CertIdentity>,
+    /// A client another node of this cluster passed on: set only by the
+    /// peer listener, after that node proved it is one (its certificate
+    /// chains to `--cluster-peer-ca`), and trusted only from there.
+    pub vouched: Option<Vouch>,
+}
+
+/// What a node of this cluster says of a client it passed on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vouch {
+    /// The node: its certificate's common name (else its address).
+    pub by: String,
+    /// The principal it found the client to be, as it would have for a
+    /// client of its own; `None`: none (the client must `auth`).
+    pub principal: Option<String>,
 }
 
 /// What a verified client certificate says about its holder.
@@ -37,6 +53,7 @@ impl Peer {
             addr: "local".into(),
             listener: "local".into(),
             cert: None,
+            vouched: None,
         }
     }
 }

@@ -6,11 +6,16 @@
 //! connection accepted there takes a slot of `--max-pending` (or is closed
 //! at once when none is free), finishes its handshake in its own task by
 //! `--handshake-timeout`, gives the slot back and is served as any other.
+//! `--cluster-peer-listen` is a TLS listener for the clients other nodes
+//! pass on (`cluster/peers.rs`): the same slots and deadline cover its
+//! handshake and the node's first line, and its clients are served as the
+//! nodes vouch, once this node leads.
 //!
 //! SIGUSR1 turns drain mode on; SIGTERM and SIGINT stop the server at
 //! once, releasing the port for the next process. SIGHUP reloads the TLS
-//! certificate, key and client CA, and is caught only when there are TLS
-//! listeners: without them it ends the process as it ends beanstalkd (a
+//! certificate, key and client CA (and the peer links' files), and is
+//! caught only when there are TLS listeners (or a peer listener): without
+//! them it ends the process as it ends beanstalkd (a
 //! supervisor or a closed terminal may rely on that), so a server started
 //! without TLS flags behaves to signals exactly as before.
 
@@ -52,6 +57,9 @@ pub enum Listener {
     /// `--tls-listen`: TCP, every connection a TLS handshake with the
     /// configuration all TLS listeners share.
     Tls(TcpListener, Arc<tls::Certs>),
+    /// `--cluster-peer-listen`: TLS for the other nodes of the cluster,
+    /// which pass their clients on here.
+    Peer(TcpListener, Arc<cluster::PeerTls>),
 }
 
 impl Listener {
@@ -66,6 +74,11 @@ impl Listener {
     /// Binds one `--tls-listen ADDR:PORT`, serving `certs`.
     pub async fn bind_tls(addr: &str, certs: Arc<tls::Certs>) -> io::Result<Listener> {
         Ok(Listener::Tls(TcpListener::bind(addr).await?, certs))
+    }
+
+    /// Binds `--cluster-peer-listen ADDR:PORT`, serving `peers`.
+    pub async fn bind_peer(addr: &str, peers: Arc<cluster::PeerTls>) -> io::Result<Listener> {
+        Ok(Listener::Peer(TcpListener::bind(addr).await?, peers))
     }
 
     fn bind_unix(path: &Path) -> io::Result<Listener> {
@@ -125,6 +138,7 @@ impl Listener {
             addr,
             listener: self.name(),
             cert: None,
+            vouched: None,
         }
     }
 
@@ -135,6 +149,8 @@ impl Listener {
     fn name(&self) -> String {
         match self {
             Listener::Tls(l, _) => l.local_addr().map_or("tls:?".into(), |a| a.to_string()),
+            // The peer listener's `peer:ADDR`, which no policy names: its
+            // clients are who the nodes vouch for (`auth/session.rs`).
             _ => self.to_string(),
         }
     }
@@ -142,7 +158,7 @@ impl Listener {
     /// The bound TCP address (None for a unix socket).
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
-            Listener::Tcp(l) | Listener::Tls(l, _) => l.local_addr().ok(),
+            Listener::Tcp(l) | Listener::Tls(l, _) | Listener::Peer(l, _) => l.local_addr().ok(),
             Listener::Unix(..) => None,
         }
     }
@@ -151,6 +167,14 @@ impl Listener {
     fn certs(&self) -> Option<&Arc<tls::Certs>> {
         match self {
             Listener::Tls(_, certs) => Some(certs),
+            _ => None,
+        }
+    }
+
+    /// The peer links' configuration, if it is the peer listener.
+    fn peers(&self) -> Option<&Arc<cluster::PeerTls>> {
+        match self {
+            Listener::Peer(_, peers) => Some(peers),
             _ => None,
         }
     }
@@ -167,6 +191,10 @@ impl std::fmt::Display for Listener {
             Listener::Tls(l, _) => match l.local_addr() {
                 Ok(addr) => write!(f, "tls:{addr}"),
                 Err(_) => f.write_str("tls:?"),
+            },
+            Listener::Peer(l, _) => match l.local_addr() {
+                Ok(addr) => write!(f, "peer:{addr}"),
+                Err(_) => f.write_str("peer:?"),
             },
             Listener::Unix(l, _) => {
                 match l.local_addr().ok().as_ref().and_then(|a| a.as_pathname()) {
@@ -298,7 +326,8 @@ impl Server {
         options: &cluster::Options,
     ) -> io::Result<Server> {
         let config = engine_config(args, Arc::default());
-        let (shared, side) = cluster::start(options, config, Clock::new())
+        let peers = listeners.iter().find_map(Listener::peers).cloned();
+        let (shared, side) = cluster::start(options, config, Clock::new(), peers)
             .await
             .map_err(io::Error::other)?;
         Ok(Server {
@@ -341,15 +370,17 @@ impl Server {
         // would kill the process.
         let usr1 = signal(SignalKind::user_defined1())?;
         // Only with TLS listeners (see the module doc).
-        let reload = match self.listeners.iter().find_map(Listener::certs) {
-            Some(certs) => {
-                let hup = signal(SignalKind::hangup())?;
-                Some(tokio::spawn(
-                    certs.clone().reload_at(hup, "the beanstalk port"),
-                ))
-            }
-            None => None,
-        };
+        let mut reloads = Vec::new();
+        if let Some(certs) = self.listeners.iter().find_map(Listener::certs) {
+            let hup = signal(SignalKind::hangup())?;
+            reloads.push(tokio::spawn(
+                certs.clone().reload_at(hup, "the beanstalk port"),
+            ));
+        }
+        if let Some(peers) = self.listeners.iter().find_map(Listener::peers) {
+            let hup = signal(SignalKind::hangup())?;
+            reloads.push(tokio::spawn(peers.clone().reload_at(hup)));
+        }
         let timer = timer::spawn(self.shared.clone())?;
         let drain = tokio::spawn(drain_on_sigusr1(self.shared.clone(), usr1));
         if let Some(port) = &self.http {
@@ -363,7 +394,7 @@ impl Server {
         service::stopping();
         self.shared.alarm.stop();
         drain.abort();
-        if let Some(reload) = reload {
+        for reload in reloads {
             reload.abort();
         }
         // Whatever was acknowledged reaches the disk before we exit.
@@ -410,6 +441,11 @@ impl Server {
                     let peer = listener.peer(addr.to_string());
                     self.spawn_tls(stream, peer, certs.current())
                 }),
+                Listener::Peer(l, peers) => l.accept().await.map(|(stream, addr)| {
+                    let _ = stream.set_nodelay(true);
+                    let peer = listener.peer(addr.to_string());
+                    self.spawn_relayed(stream, peer, peers.server())
+                }),
             };
             if let Err(e) = accepted {
                 // Out of descriptors or memory: wait for some to free up
@@ -450,6 +486,30 @@ impl Server {
                     Box::pin(serving.serve(stream, peer)).await
                 }
                 Err(e) => tracing::info!(error = %e, "TLS handshake failed"),
+            }
+        };
+        tokio::spawn(task.instrument(span));
+    }
+
+    /// Takes a client another node passes on (the handshake with a
+    /// node's certificate and its first line, `cluster/peers.rs`, in its
+    /// own task under a `--max-pending` slot and its deadline), and serves
+    /// it as that client.
+    fn spawn_relayed(&self, stream: TcpStream, node: Peer, config: Arc<ServerConfig>) {
+        let (Some(side), Some(pending)) = (self.cluster.clone(), self.pending.admit()) else {
+            return;
+        };
+        let span = tracing::info_span!("relay", node = %node);
+        let task = async move {
+            match cluster::peers::accept(config, stream, node, pending.deadline()).await {
+                Ok((stream, peer)) => {
+                    drop(pending);
+                    let span = tracing::info_span!("client", peer = %peer);
+                    Box::pin(side.serve_relayed(stream, peer))
+                        .instrument(span)
+                        .await
+                }
+                Err(e) => tracing::info!(error = %e, "refused a relay"),
             }
         };
         tokio::spawn(task.instrument(span));

@@ -4,7 +4,8 @@
 //! line. Each carries `principal`, `peer` (address), `listener` and
 //! `command`. Recorded: every `auth` (success, failure, and the
 //! connection closed after 3 failures), a certificate that authenticated
-//! a connection (or named two principals), every admin action with its
+//! a connection (or named two principals), a client another node of the
+//! cluster vouched for (`relayed`), every admin action with its
 //! answer, and every command refused FORBIDDEN with what it needed.
 //!
 //! With `--auth` they are on at info level whatever `-V` says, since they
@@ -15,7 +16,7 @@
 use sprout_protocol::encode::encode_command;
 use sprout_protocol::{Command, Response};
 
-use crate::peer::Peer;
+use crate::peer::{Peer, Vouch};
 
 /// The events' target.
 pub const TARGET: &str = "sprout::audit";
@@ -64,6 +65,23 @@ pub fn certificate(actor: &Actor<'_>, outcome: &str) {
         command = "tls-handshake",
         outcome,
         "certificate"
+    );
+}
+
+/// A client another node passed on (`vouch`) became the principal that
+/// node found (`outcome`: `relayed`), or named one this policy does not
+/// know (`unknown`: it is none).
+pub fn relayed(actor: &Actor<'_>, vouch: &Vouch, outcome: &str) {
+    tracing::info!(
+        target: TARGET,
+        principal = actor.principal,
+        peer = %actor.peer.addr,
+        listener = %actor.peer.listener,
+        command = "relay",
+        by = %vouch.by,
+        vouched = vouch.principal.as_deref().unwrap_or("-"),
+        outcome,
+        "relayed"
     );
 }
 

@@ -48,7 +48,7 @@ pub use decide::{decide, Decision, Facts, JobFacts, Need};
 pub use gate::{Gate, AUTH_DEADLINE};
 pub use grant::{Action, Grants};
 pub use policy::{ByCert, LoadError, Policy, Principal, PrincipalId};
-pub use session::{Session, Step};
+pub use session::{proven_principal, Session, Step};
 pub use token::hash_token_command;
 
 /// `--auth`: the flag that turns authentication on.

@@ -106,6 +106,11 @@ impl Policy {
         self.principals.iter().map(|p| p.name.as_str())
     }
 
+    /// The principal named `name`.
+    pub fn by_name(&self, name: &str) -> Option<PrincipalId> {
+        self.principals.iter().position(|p| p.name == name)
+    }
+
     /// Whose token `token` is.
     pub fn by_token(&self, token: &[u8]) -> Option<PrincipalId> {
         self.tokens.get(&TokenHash::of(token)).copied()

@@ -2,10 +2,13 @@
 //! request it sends ([`Session::screen`]).
 //!
 //! Who it is at the start: the embedded bridge's in-process connections
-//! are trusted as the server itself; else the principal its verified
-//! client certificate names; else the one its listener gives connections
-//! without a credential; else nobody yet, and it must `auth` within
-//! [`AUTH_DEADLINE`](super::gate::AUTH_DEADLINE) or be closed.
+//! are trusted as the server itself; a client another node of the cluster
+//! passed on is the principal that node vouched for, if this policy knows
+//! it (that node found it by [`proven_principal`], as this one would have);
+//! else the principal its verified client certificate names; else the one
+//! its listener gives connections without a credential; else nobody yet,
+//! and it must `auth` within [`AUTH_DEADLINE`](super::gate::AUTH_DEADLINE)
+//! or be closed.
 //!
 //! Before it is someone, every request but `auth` and `quit` (a line the
 //! parser refused too) answers AUTH_REQUIRED and changes nothing, not
@@ -29,7 +32,7 @@ use super::audit::{self, Actor};
 use super::decide::{decide, Decision, Facts};
 use super::gate::{Gate, Who, AUTH_DEADLINE};
 use super::grant::Action;
-use super::policy::ByCert;
+use super::policy::{ByCert, PrincipalId};
 use crate::peer::Peer;
 
 /// Failed `auth`s a connection may make; the last closes it.
@@ -177,16 +180,51 @@ fn first_principal(gate: &Gate, peer: &Peer) -> Who {
     if *peer == Peer::local() {
         return Who::Local;
     }
+    // Only the cluster's peer listener vouches; its listener names no one.
+    if let Some(vouch) = &peer.vouched {
+        let Some(name) = &vouch.principal else {
+            return Who::Nobody;
+        };
+        let who = gate
+            .policy()
+            .by_name(name)
+            .map_or(Who::Nobody, Who::Principal);
+        let actor = Actor {
+            principal: gate.name(who),
+            peer,
+        };
+        audit::relayed(
+            &actor,
+            vouch,
+            if who == Who::Nobody {
+                "unknown"
+            } else {
+                "relayed"
+            },
+        );
+        return who;
+    }
+    match proven_principal(gate, peer) {
+        Some(id) => Who::Principal(id),
+        None => Who::Nobody,
+    }
+}
+
+/// The principal the transport proves a new connection from `peer` is:
+/// the one its verified client certificate names (audited), else its
+/// listener's. A standby names the same to the leader for a client it
+/// passes on (`cluster/relay.rs`), so a client has the same rights
+/// whichever node it connects to.
+pub fn proven_principal(gate: &Gate, peer: &Peer) -> Option<PrincipalId> {
     if let Some(cert) = &peer.cert {
         match gate.policy().by_cert(cert) {
             ByCert::One(id) => {
-                let who = Who::Principal(id);
                 let actor = Actor {
-                    principal: gate.name(who),
+                    principal: gate.name(Who::Principal(id)),
                     peer,
                 };
                 audit::certificate(&actor, "authenticated");
-                return who;
+                return Some(id);
             }
             ByCert::Ambiguous => {
                 let actor = Actor {
@@ -198,10 +236,7 @@ fn first_principal(gate: &Gate, peer: &Peer) -> Who {
             ByCert::None => {}
         }
     }
-    match gate.policy().for_listener(&peer.listener) {
-        Some(id) => Who::Principal(id),
-        None => Who::Nobody,
-    }
+    gate.policy().for_listener(&peer.listener)
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ fn peer(addr: &str, listener: &str) -> Peer {
         addr: addr.into(),
         listener: listener.into(),
         cert: None,
+        vouched: None,
     }
 }
 
@@ -271,4 +272,49 @@ fn who_a_connection_is_at_the_start() {
     );
     drop((by_listener, by_cert, local, nobody));
     assert!(gate.connections().iter().all(|&(_, n)| n == 0));
+}
+
+#[test]
+fn a_client_another_node_passed_on_is_who_that_node_vouched_for() {
+    use crate::peer::Vouch;
+    let gate = gate();
+    let now = Instant::now();
+    // The peer listener: its name is in the policy here, to show that it
+    // never decides, nor does a certificate on the same connection.
+    let relayed = |principal: Option<&str>| {
+        let mut p = peer("203.0.113.7:50122", "unix:/run/sprout.sock");
+        p.cert = ops_cert();
+        p.vouched = Some(Vouch {
+            by: "n2".into(),
+            principal: principal.map(Into::into),
+        });
+        Session::open(gate.clone(), p, now)
+    };
+    let ops = relayed(Some("ops"));
+    assert!(ops.authenticated() && ops.may_inspect("default"));
+    let reader = relayed(Some("reader"));
+    assert!(reader.may_inspect("orders.eu") && !reader.may_inspect("default"));
+    for nobody in [None, Some("ghost"), Some("local"), Some("unauthenticated")] {
+        let s = relayed(nobody);
+        assert!(!s.authenticated(), "{nobody:?}");
+        assert_eq!(s.deadline(), Some(now + AUTH_DEADLINE));
+    }
+    // What a standby vouches is what the leader finds for its own clients.
+    let mut by_cert = tcp("10.0.0.3:1");
+    by_cert.cert = ops_cert();
+    for (p, want) in [
+        (by_cert, Some("ops")),
+        (peer("unix", "unix:/run/sprout.sock"), Some("reader")),
+        (tcp("10.0.0.4:1"), None),
+    ] {
+        let found = proven_principal(&gate, &p).map(|id| gate.policy().principal(id).name.as_str());
+        assert_eq!(found, want, "{p:?}");
+    }
+}
+
+fn ops_cert() -> Option<CertIdentity> {
+    Some(CertIdentity {
+        common_name: Some("ops-1".into()),
+        sans: vec![],
+    })
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use super::lease::Timing;
 use super::link::{Link, LinkArgs};
 use super::meta::check_node_id;
+use super::peers::{relay_rule, PeerArgs, Peers};
 use super::subjects::Subjects;
 
 #[derive(Clone, Debug, Args)]
@@ -31,8 +32,10 @@ pub struct ClusterArgs {
     #[arg(long = "node-id", value_name = "ID", requires = "urls")]
     pub node_id: Option<String>,
 
-    /// Where other nodes reach this node's beanstalk port (HOST:PORT; default:
-    /// the first -l address and -p, which must then be a specific address).
+    /// Where other nodes reach this node (HOST:PORT): its beanstalk port
+    /// (default: the first -l address and -p, which must then be a
+    /// specific address), or with --cluster-peer-listen its peer listener
+    /// (default: that address, if it is a specific one).
     #[arg(
         long = "cluster-advertise",
         value_name = "HOST:PORT",
@@ -58,6 +61,10 @@ pub struct ClusterArgs {
     /// The link to NATS: credentials and TLS (`link.rs`).
     #[command(flatten)]
     pub link: LinkArgs,
+
+    /// The links between nodes: mutual TLS (`peers.rs`).
+    #[command(flatten)]
+    pub peers: PeerArgs,
 }
 
 /// A node's cluster settings.
@@ -69,16 +76,21 @@ pub struct Options {
     pub advertise: String,
     pub replicas: usize,
     pub lease_ttl: Duration,
+    /// The peer links' TLS, with `--cluster-peer-*`.
+    pub peers: Option<Peers>,
 }
 
 impl Options {
     /// The options `args` ask for (`None` without --cluster), given the
-    /// server's `-l` addresses and `-p`, and whether `-b` was given.
+    /// server's `-l` addresses and `-p`, whether `-b` was given, and the
+    /// flags given that protect clients (`--auth`, `--tls-listen`: see
+    /// `peers::relay_rule`).
     pub fn from_args(
         args: &ClusterArgs,
         listen: &[String],
         port: u16,
         binlog: bool,
+        guards: &[&str],
     ) -> Result<Option<Options>, String> {
         let Some(urls) = &args.urls else {
             return Ok(None);
@@ -93,9 +105,12 @@ impl Options {
             .clone()
             .ok_or("--cluster needs --node-id, unique in the cluster")?;
         check_node_id(&node)?;
-        let advertise = match &args.advertise {
-            Some(addr) => addr.clone(),
-            None => default_advertise(listen, port)?,
+        let peers = Peers::from_args(&args.peers)?;
+        relay_rule(peers.is_some(), guards, args.link.nats_insecure)?;
+        let advertise = match (&args.advertise, &peers) {
+            (Some(addr), _) => addr.clone(),
+            (None, Some(peers)) => peers.default_advertise()?,
+            (None, None) => default_advertise(listen, port)?,
         };
         if !(1..=5).contains(&args.replicas) {
             return Err("--cluster-replicas: 1 to 5 (JetStream's limit)".into());
@@ -107,6 +122,7 @@ impl Options {
             advertise,
             replicas: args.replicas,
             lease_ttl: Duration::from_millis(args.lease_ms),
+            peers,
         }))
     }
 }
@@ -139,27 +155,29 @@ mod tests {
             replicas: 3,
             lease_ms: 1500,
             link: LinkArgs::default(),
+            peers: PeerArgs::default(),
         }
     }
 
     #[test]
     fn what_the_flags_make() {
         let l = |a: &str| vec![a.to_string()];
-        let ok = Options::from_args(&args(Some("n1"), None), &l("10.0.0.5"), 11300, false)
+        let ok = Options::from_args(&args(Some("n1"), None), &l("10.0.0.5"), 11300, false, &[])
             .unwrap()
             .unwrap();
         assert_eq!(ok.advertise, "10.0.0.5:11300");
-        let v6 = Options::from_args(&args(Some("n1"), None), &l("::1"), 7, false)
+        let v6 = Options::from_args(&args(Some("n1"), None), &l("::1"), 7, false, &[])
             .unwrap()
             .unwrap();
         assert_eq!(v6.advertise, "[::1]:7");
-        let given = Options::from_args(&args(Some("n1"), Some("h:1")), &l("0.0.0.0"), 7, false);
+        let given =
+            Options::from_args(&args(Some("n1"), Some("h:1")), &l("0.0.0.0"), 7, false, &[]);
         assert_eq!(given.unwrap().unwrap().advertise, "h:1");
         let none = ClusterArgs {
             urls: None,
             ..args(None, None)
         };
-        assert!(Options::from_args(&none, &l("x"), 1, true)
+        assert!(Options::from_args(&none, &l("x"), 1, true, &[])
             .unwrap()
             .is_none());
         for (a, listen, binlog, why) in [
@@ -179,8 +197,48 @@ mod tests {
             (args(Some("a b"), None), "10.0.0.5", false, "--node-id"),
             (args(Some("n1"), None), "10.0.0.5", true, "-b"),
         ] {
-            let err = Options::from_args(&a, &l(listen), 1, binlog).unwrap_err();
+            let err = Options::from_args(&a, &l(listen), 1, binlog, &[]).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
+    }
+
+    #[test]
+    fn with_peer_tls_the_peer_listener_is_advertised() {
+        let l = |a: &str| vec![a.to_string()];
+        let peers = |advertise: Option<&str>, listen: &str| ClusterArgs {
+            peers: PeerArgs {
+                listen: Some(listen.into()),
+                cert: Some("node.pem".into()),
+                key: Some("node.key".into()),
+                ca: Some("ca.pem".into()),
+            },
+            ..args(Some("n1"), advertise)
+        };
+        let guards = ["--auth", "--tls-listen"];
+        let options = |a: &ClusterArgs, guards: &[&str]| {
+            Options::from_args(a, &l("0.0.0.0"), 11300, false, guards).map(Option::unwrap)
+        };
+        let ok = options(&peers(None, "10.0.0.5:11400"), &guards).unwrap();
+        assert_eq!(ok.advertise, "10.0.0.5:11400");
+        assert_eq!(ok.peers.unwrap().listen, "10.0.0.5:11400");
+        let given = options(&peers(Some("n1.internal:11400"), "0.0.0.0:11400"), &guards);
+        assert_eq!(given.unwrap().advertise, "n1.internal:11400");
+        let e = options(&peers(None, "0.0.0.0:11400"), &guards).unwrap_err();
+        assert!(e.contains("--cluster-advertise"), "{e}");
+        let plain = args(Some("n1"), Some("10.0.0.5:11300"));
+        let e = options(&plain, &guards).unwrap_err();
+        assert!(
+            e.contains("protects its clients (--auth, --tls-listen)"),
+            "{e}"
+        );
+        assert!(options(&plain, &[]).unwrap().peers.is_none());
+        let insecure = ClusterArgs {
+            link: LinkArgs {
+                nats_insecure: true,
+                ..LinkArgs::default()
+            },
+            ..plain
+        };
+        assert!(options(&insecure, &guards).is_ok());
     }
 }

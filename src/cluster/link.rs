@@ -85,8 +85,10 @@ pub struct LinkArgs {
     #[arg(long = "cluster-tls-key", value_name = "FILE", requires = "urls")]
     pub nats_tls_key: Option<PathBuf>,
 
-    /// Allow clear text to NATS servers on other hosts (without it, a
-    /// non-loopback URL needs tls:// or --cluster-tls-ca).
+    /// Allow clear text on the cluster's links: to NATS servers on other
+    /// hosts (without it, a non-loopback URL needs tls:// or
+    /// --cluster-tls-ca), and between nodes with --auth or --tls-listen
+    /// but no --cluster-peer-* flags.
     #[arg(long = "cluster-insecure", requires = "urls")]
     pub nats_insecure: bool,
 }

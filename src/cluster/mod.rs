@@ -21,6 +21,9 @@
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
 //! - `node.rs`: a node's life: follow, claim, lead, stop;
 //! - `relay.rs`: a standby's client connections passed to the leader;
+//! - `peers.rs`: with `--cluster-peer-*`, over mutual TLS to the leader's
+//!   peer listener, which serves each as the client it is (`vouch.rs`:
+//!   the line that says so);
 //! - `bridge.rs`: the embedded Redis bridge, on the leader only.
 
 mod bridge;
@@ -30,15 +33,18 @@ pub mod lease;
 pub mod link;
 mod meta;
 pub mod node;
+pub mod peers;
 mod publish;
 pub mod relay;
 mod stream;
 mod subjects;
 pub mod version;
+mod vouch;
 pub mod writer;
 
 pub use bridge::SteppedDown;
 pub use config::{ClusterArgs, Options};
+pub use peers::PeerTls;
 pub use stream::Trouble;
 
 /// What a node is doing now.
@@ -57,7 +63,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Notify};
 
+use crate::auth;
 use crate::engine::{Clock, Engine, EngineConfig};
+use crate::peer::Peer;
 use crate::shared::Shared;
 
 /// How long a client that connects while no node leads waits for one.
@@ -71,15 +79,19 @@ pub struct Side {
     closed: Arc<Notify>,
     shared: Arc<Shared>,
     max_job_size: u32,
+    /// With `--cluster-peer-*`: the links to the other nodes.
+    peers: Option<Arc<PeerTls>>,
 }
 
 /// Connects to the cluster and starts following it: the engine begins
 /// empty and fills from the stream. A node that must stop serving (deposed,
-/// or its stream refuses a batch) exits the process: fail-stop.
+/// or its stream refuses a batch) exits the process: fail-stop. `peers`:
+/// the peer links' TLS, with `--cluster-peer-*`.
 pub async fn start(
     options: &Options,
     config: EngineConfig,
     clock: Clock,
+    peers: Option<Arc<PeerTls>>,
 ) -> Result<(Arc<Shared>, Side), String> {
     let node = node::connect(options).await?;
     let client = node.client();
@@ -116,6 +128,7 @@ pub async fn start(
             closed,
             shared,
             max_job_size,
+            peers,
         },
     ))
 }
@@ -134,7 +147,7 @@ impl Side {
     /// Serves a client a standby accepted: passed through to the leader
     /// (waiting for one to be known), or served here if this node has come
     /// to lead meanwhile. `peer` is where the client came from.
-    pub async fn pass<S>(mut self, client: S, peer: crate::peer::Peer)
+    pub async fn pass<S>(mut self, client: S, peer: Peer)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -149,11 +162,47 @@ impl Side {
                 crate::connection::serve(client, peer, shared, self.max_job_size).await
             }
             Role::Standby { leader: Some(addr) } => {
-                if let Err(e) = relay::relay(client, &addr, relay::CONNECT_TIMEOUT).await {
+                let relayed = match &self.peers {
+                    None => relay::relay(client, &addr, relay::CONNECT_TIMEOUT).await,
+                    Some(peers) => {
+                        let first = vouch::line(&peer.addr, self.principal(&peer));
+                        let (config, first) = (peers.client(), first.as_bytes());
+                        relay::relay_tls(client, &addr, config, first, relay::CONNECT_TIMEOUT).await
+                    }
+                };
+                if let Err(e) = relayed {
                     tracing::info!("relay to the leader {addr}: {e}");
                 }
             }
             Role::Standby { leader: None } => {}
+        }
+    }
+
+    /// The principal the leader is to give a client from `peer`: the one
+    /// it would have on this node (none without `--auth`).
+    fn principal(&self, peer: &Peer) -> Option<&str> {
+        let gate = self.shared.auth()?;
+        let id = auth::proven_principal(gate, peer)?;
+        Some(&gate.policy().principal(id).name)
+    }
+
+    /// Serves a client another node passed on to this one's peer listener
+    /// (`peers.rs`), once this node leads: the node sent it here because
+    /// it saw this one take the lease, which it may not have claimed yet.
+    /// A node that does not come to lead closes it (the client reconnects
+    /// and finds the leader) rather than pass it on again: passes between
+    /// nodes that disagree on who leads could go round in a loop.
+    pub async fn serve_relayed<S>(mut self, client: S, peer: Peer)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let leading = self.role.wait_for(|r| *r == Role::Leader);
+        let leads = tokio::time::timeout(WAIT_FOR_LEADER, leading)
+            .await
+            .is_ok_and(|r| r.is_ok());
+        match leads {
+            true => crate::connection::serve(client, peer, self.shared, self.max_job_size).await,
+            false => tracing::info!("a relayed client, but this node does not lead: closed"),
         }
     }
 

@@ -8,12 +8,23 @@
 //! client at once, so it reconnects (and finds the new leader); the
 //! client's half-close is still passed on, so a client that shuts down its
 //! writing side still gets every reply.
+//!
+//! With peer TLS (`peers.rs`), [`relay_tls`] dials the leader's peer
+//! listener instead, shows this node's certificate, checks the leader's
+//! against the peer CA and the host it advertises, and sends the line that
+//! says who the client is (`vouch.rs`) before the client's bytes.
 
+use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::ClientConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::peers::server_name;
 
 /// How long connecting to the leader may take before the client is closed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,27 +44,65 @@ pub async fn relay<C>(client: C, leader: &str, connect_timeout: Duration) -> io:
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
-    let upstream = tokio::time::timeout(connect_timeout, TcpStream::connect(leader))
-        .await
-        .map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("connecting to the leader {leader}: timed out"),
-            )
-        })??;
+    let upstream = within(connect_timeout, leader, TcpStream::connect(leader)).await?;
     upstream.set_nodelay(true)?;
-    pass(client, upstream).await
+    let (leader_rx, leader_tx) = upstream.into_split();
+    pass(client, leader_rx, leader_tx).await
+}
+
+/// [`relay`] to the leader's peer listener at `leader` over TLS with
+/// `config` (this node's certificate, the peer CA), saying `first` (the
+/// line `vouch.rs` writes) before the client's bytes. Connecting and the
+/// handshake take at most `connect_timeout`.
+pub async fn relay_tls<C>(
+    client: C,
+    leader: &str,
+    config: Arc<ClientConfig>,
+    first: &[u8],
+    connect_timeout: Duration,
+) -> io::Result<Relayed>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let name = server_name(leader)?;
+    let dial = async {
+        let tcp = TcpStream::connect(leader).await?;
+        tcp.set_nodelay(true)?;
+        TlsConnector::from(config).connect(name, tcp).await
+    };
+    let mut upstream = within(connect_timeout, leader, dial).await?;
+    // Out now, not with the client's first bytes: the leader waits for
+    // it only until its handshake deadline.
+    upstream.write_all(first).await?;
+    upstream.flush().await?;
+    let (leader_rx, leader_tx) = tokio::io::split(upstream);
+    pass(client, leader_rx, leader_tx).await
+}
+
+/// `connect` to the leader at `leader`, unless it takes longer than `timeout`.
+async fn within<T>(
+    timeout: Duration,
+    leader: &str,
+    connect: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    tokio::time::timeout(timeout, connect).await.map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("connecting to the leader {leader}: timed out"),
+        )
+    })?
 }
 
 /// The two copies: client → leader ends with a half-close of the leader
 /// (which then finishes its replies and closes); leader → client ending
 /// ends everything.
-async fn pass<C>(client: C, upstream: TcpStream) -> io::Result<Relayed>
+async fn pass<C, R, W>(client: C, mut leader_rx: R, mut leader_tx: W) -> io::Result<Relayed>
 where
     C: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
 {
     let (mut client_rx, mut client_tx) = tokio::io::split(client);
-    let (mut leader_rx, mut leader_tx) = upstream.into_split();
     let mut to_leader = 0;
     let to_client = {
         // Never finishes but with an error: once the client is done, the

@@ -255,6 +255,7 @@ fn http_peer(from: SocketAddr) -> Peer {
         addr: from.to_string(),
         listener: "http".into(),
         cert: None,
+        vouched: None,
     }
 }
 

@@ -40,16 +40,8 @@ impl Certs {
 
     /// Reloads at every `hup` (SIGHUP) until the signal stream ends,
     /// logging each outcome for `what` (the port these files serve).
-    pub async fn reload_at(self: Arc<Self>, mut hup: tokio::signal::unix::Signal, what: &str) {
-        while hup.recv().await.is_some() {
-            match self.reload() {
-                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS files ({what})"),
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "SIGHUP: TLS files refused ({what}); serving the previous ones"
-                ),
-            }
-        }
+    pub async fn reload_at(self: Arc<Self>, hup: tokio::signal::unix::Signal, what: &str) {
+        on_sighup(hup, what, || self.reload()).await
     }
 
     /// Reads the files again and serves what they now hold; on an error
@@ -58,6 +50,24 @@ impl Certs {
         let config = Arc::new(server_config(&self.files)?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = config;
         Ok(())
+    }
+}
+
+/// Runs `reload` at every `hup` (SIGHUP) until the signal stream ends,
+/// logging each outcome for `what` (the port its files serve).
+pub async fn on_sighup(
+    mut hup: tokio::signal::unix::Signal,
+    what: &str,
+    reload: impl Fn() -> io::Result<()>,
+) {
+    while hup.recv().await.is_some() {
+        match reload() {
+            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS files ({what})"),
+            Err(e) => tracing::error!(
+                error = %e,
+                "SIGHUP: TLS files refused ({what}); serving the previous ones"
+            ),
+        }
     }
 }
 

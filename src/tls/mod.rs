@@ -11,7 +11,8 @@
 //!
 //! * `args.rs`: the flags ([`TlsArgs`]) and which combinations make sense
 //!   ([`Options::from_args`]).
-//! * `pem.rs`: reading the chain, the key and a CA bundle, with errors
+//! * `pem.rs`: reading the chain, the key and a CA bundle (for the
+//!   cluster's peer links too, `cluster/peers.rs`), with errors
 //!   that name the file.
 //! * `certs.rs`: [`Certs`], the configuration every TLS listener shares,
 //!   rebuilt from the same files on SIGHUP (`server.rs` catches the
@@ -43,12 +44,13 @@ mod certs;
 mod client;
 mod handshake;
 mod identity;
-mod pem;
+pub(crate) mod pem;
 mod provider;
 mod stream;
 
 pub use args::{Files, Options, TlsArgs};
-pub use certs::Certs;
+pub use certs::{on_sighup, Certs};
 pub use client::client_config;
 pub(crate) use handshake::accept;
+pub(crate) use provider::provider;
 pub use stream::Stream;

@@ -23,6 +23,9 @@ pub struct Sprouts {
     urls: String,
     name: String,
     pub ports: Vec<u16>,
+    /// The port each node advertises (`stats`'s `cluster-leader`): its
+    /// beanstalk port, or with `--cluster-peer-listen` its peer port.
+    pub advertised: Vec<u16>,
     pub nodes: Vec<Option<TestServer>>,
     extra: Box<dyn Fn(usize) -> Vec<String>>,
     /// What killed nodes logged.
@@ -41,10 +44,24 @@ impl Sprouts {
         n: usize,
         extra: impl Fn(usize) -> Vec<String> + 'static,
     ) -> Sprouts {
+        let ports = (0..n).map(|_| TestServer::free_port()).collect();
+        Sprouts::start_on(nats, name, ports, extra)
+    }
+
+    /// [`Sprouts::start_with`] on beanstalk ports chosen beforehand (for
+    /// flags that name them).
+    pub fn start_on(
+        nats: &NatsCluster,
+        name: &str,
+        ports: Vec<u16>,
+        extra: impl Fn(usize) -> Vec<String> + 'static,
+    ) -> Sprouts {
+        let n = ports.len();
         let mut s = Sprouts {
             urls: nats.urls(),
             name: name.to_string(),
-            ports: (0..n).map(|_| TestServer::free_port()).collect(),
+            advertised: ports.clone(),
+            ports,
             nodes: (0..n).map(|_| None).collect(),
             extra: Box::new(extra),
             past_logs: Vec::new(),
@@ -112,7 +129,7 @@ impl Sprouts {
             .next()?
             .parse::<u16>()
             .ok()?;
-        role.then(|| self.ports.iter().position(|&p| p == leader))?
+        role.then(|| self.advertised.iter().position(|&p| p == leader))?
     }
 
     /// Waits until the alive nodes agree on a leader.

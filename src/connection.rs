@@ -46,6 +46,7 @@ use tokio_util::codec::Decoder;
 use crate::auth::{self, Session, Step};
 use crate::engine::{ConnId, Engine, Outcome, Time};
 use crate::peer::Peer;
+use crate::pending::Pending;
 use crate::shared::{Letter, Mailbox, Shared, Submission};
 use crate::store::{self, Progress};
 
@@ -59,15 +60,31 @@ const READ_CHUNK: usize = 16 * 1024;
 const PARKED_READ_LIMIT: usize = 64 * 1024;
 
 /// Serves one client (from `peer`) until it quits, hangs up or fails.
-pub async fn serve<S>(stream: S, peer: Peer, shared: Arc<Shared>, max_job_size: u32)
-where
+/// `slot`: the `--max-pending` slot its TLS handshake held, which it
+/// keeps until it authenticates (`auth/session.rs`); a server without
+/// `--auth` trusts it now.
+pub async fn serve<S>(
+    stream: S,
+    peer: Peer,
+    shared: Arc<Shared>,
+    max_job_size: u32,
+    slot: Option<Pending>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let listener = peer.listener.clone();
+    let session = match shared.auth() {
+        None => None,
+        Some(gate) => match Session::open(gate.clone(), peer, slot) {
+            Some(session) => Some(session),
+            None => {
+                tracing::info!("too many connections not yet authenticated: closed a new one");
+                return;
+            }
+        },
+    };
     let (id, mailbox) = shared.connect();
-    tracing::info!(conn = id, listener = %peer.listener, "connection opened");
-    let session = shared
-        .auth()
-        .map(|gate| Session::open(gate.clone(), peer, Instant::now()));
+    tracing::info!(conn = id, %listener, "connection opened");
     let codec = match session {
         Some(_) => ServerCodec::with_auth(max_job_size),
         None => ServerCodec::new(max_job_size),

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 
-use sprout::auth::{log_directive, Gate, Policy};
+use sprout::auth::{log_directive, Policy};
 use sprout::bridge::{self, config::BridgeArgs};
 use sprout::cli::{self, Args, LogFormat, Mode};
 use sprout::http;
@@ -71,8 +71,8 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         );
     }
     // Before anything is bound: a policy is read whole or not at all.
-    let gate = match args.auth.file.as_deref().map(Policy::load).transpose() {
-        Ok(policy) => policy.map(Gate::new),
+    let policy = match args.auth.file.as_deref().map(Policy::load).transpose() {
+        Ok(policy) => policy,
         Err(e) => return fail("--auth", std::io::Error::other(e)),
     };
     // (`--http-tls` without `--http` is refused with the HTTP flags.)
@@ -133,7 +133,7 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         None => Server::open(listeners, &args),
     };
     let server = match opened {
-        Ok(server) => server.with_http(http).with_auth(gate),
+        Ok(server) => server.with_http(http).with_auth(policy),
         Err(e) => return fail("cannot start", e),
     };
     if let Some(config) = embedded {

@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 /// The slots for connections not yet trusted, shared by every listener.
+#[derive(Debug)]
 pub struct PendingLimit {
     slots: Arc<Semaphore>,
     timeout: Duration,

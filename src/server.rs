@@ -5,7 +5,9 @@
 //! with `-p`. `--tls-listen ADDR:PORT` serves TLS (see [`crate::tls`]): a
 //! connection accepted there takes a slot of `--max-pending` (or is closed
 //! at once when none is free), finishes its handshake in its own task by
-//! `--handshake-timeout`, gives the slot back and is served as any other.
+//! `--handshake-timeout`, and is served as any other: without `--auth` it
+//! gives the slot back then, with `--auth` once it authenticates (a plain
+//! connection that must authenticate takes a slot too: `auth/session.rs`).
 //! `--cluster-peer-listen` is a TLS listener for the clients other nodes
 //! pass on (`cluster/peers.rs`): the same slots and deadline cover its
 //! handshake and the node's first line, and its clients are served as the
@@ -32,7 +34,7 @@ use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::Instrument;
 
-use crate::auth::Gate;
+use crate::auth::{Gate, Policy};
 use crate::binlog_stats::BinlogStats;
 use crate::cli::Args;
 use crate::cluster;
@@ -40,7 +42,7 @@ use crate::connection;
 use crate::engine::{Clock, Engine, EngineConfig, JobImage};
 use crate::http;
 use crate::peer::Peer;
-use crate::pending::PendingLimit;
+use crate::pending::{Pending, PendingLimit};
 use crate::service;
 use crate::shared::Shared;
 use crate::store::durable::{self, DurableStore};
@@ -269,8 +271,9 @@ pub struct Server {
     max_job_size: u32,
     http: Option<http::Port>,
     cluster: Option<cluster::Side>,
-    /// Slots for connections still in their TLS handshake.
-    pending: PendingLimit,
+    /// Slots for connections still in their TLS handshake (or, with
+    /// `--auth`, not yet authenticated).
+    pending: Arc<PendingLimit>,
 }
 
 impl Server {
@@ -340,11 +343,13 @@ impl Server {
         })
     }
 
-    /// Puts every connection through `gate` (`--auth`). A listener the
-    /// policy names that this server does not listen on is worth a
-    /// warning: its connections would have to authenticate after all.
-    pub fn with_auth(self, gate: Option<Gate>) -> Server {
-        let Some(gate) = gate else { return self };
+    /// Puts every connection through a gate of `policy` (`--auth`). A
+    /// listener the policy names that this server does not listen on is
+    /// worth a warning: its connections would have to authenticate after
+    /// all.
+    pub fn with_auth(self, policy: Option<Policy>) -> Server {
+        let Some(policy) = policy else { return self };
+        let gate = Gate::new(policy, self.pending.clone());
         let bound: Vec<String> = self.listeners.iter().map(Listener::name).collect();
         for named in gate.policy().listeners() {
             if !bound.iter().any(|l| l == named) {
@@ -462,7 +467,7 @@ impl Server {
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         let span = tracing::info_span!("client", peer = %peer);
-        tokio::spawn(self.serving().serve(stream, peer).instrument(span));
+        tokio::spawn(self.serving().serve(stream, peer, None).instrument(span));
     }
 
     /// Completes the TLS handshake on `stream` in its own task, with
@@ -477,13 +482,10 @@ impl Server {
         let task = async move {
             match tls::accept(config, stream, pending.deadline()).await {
                 Ok((stream, cert)) => {
-                    // Without --auth a connection is trusted once its
-                    // handshake is done: its slot is free for another.
-                    drop(pending);
                     peer.cert = cert;
                     // Boxed: a connection's state is allocated once it
                     // is served, not while 1000s may wait in handshakes.
-                    Box::pin(serving.serve(stream, peer)).await
+                    Box::pin(serving.serve(stream, peer, Some(pending))).await
                 }
                 Err(e) => tracing::info!(error = %e, "TLS handshake failed"),
             }
@@ -532,21 +534,26 @@ struct Serving {
 }
 
 impl Serving {
-    /// Serves the client here or, on a standby, passes it to the leader.
-    async fn serve<S>(self, stream: S, peer: Peer)
+    /// Serves the client here (`slot`: see `connection::serve`) or, on a
+    /// standby, passes it to the leader, where it takes the leader's.
+    async fn serve<S>(self, stream: S, peer: Peer, slot: Option<Pending>)
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
         match self.cluster {
-            Some(side) if !side.leading() => side.pass(stream, peer).await,
-            _ => connection::serve(stream, peer, self.shared, self.max_job_size).await,
+            Some(side) if !side.leading() => {
+                drop(slot);
+                side.pass(stream, peer).await
+            }
+            _ => connection::serve(stream, peer, self.shared, self.max_job_size, slot).await,
         }
     }
 }
 
 /// `--max-pending` slots of `--handshake-timeout` each.
-fn pending_limit(args: &Args) -> PendingLimit {
-    PendingLimit::new(args.tls.max_pending as usize, args.tls.handshake_timeout)
+fn pending_limit(args: &Args) -> Arc<PendingLimit> {
+    let limit = PendingLimit::new(args.tls.max_pending as usize, args.tls.handshake_timeout);
+    Arc::new(limit)
 }
 
 /// The engine's settings from the command line.
@@ -577,6 +584,7 @@ impl LocalConnector {
             Peer::local(),
             self.shared.clone(),
             self.max_job_size,
+            None,
         ));
         ours
     }

@@ -615,23 +615,69 @@ fn a_connection_must_authenticate_within_the_deadline() {
     if !sprout_only("a_connection_must_authenticate_within_the_deadline") {
         return;
     }
-    let s = Secured::start(&[]);
+    // The TLS handshake's time limit is the one to authenticate in.
+    let s = Secured::start(&["--handshake-timeout", "3"]);
     let started = Instant::now();
     let mut silent = s.server.connect();
     let mut chatty = s.server.connect();
     let mut authed = s.as_("root");
     let mut by_listener = s.listener_of("producer");
-    while started.elapsed() < Duration::from_secs(8) {
+    while started.elapsed() < Duration::from_millis(2300) {
         chatty.exchange(b"stats\r\n", b"AUTH_REQUIRED\r\n");
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(300));
     }
-    // 10 s after they connected, both are closed; talking kept neither open.
+    // 3 s after they connected, both are closed; talking kept neither open.
     silent.expect_closed();
     chatty.expect_closed();
-    assert!(started.elapsed() >= Duration::from_secs(9));
+    assert!(started.elapsed() >= Duration::from_millis(2900));
     // Those with a principal are not on a clock.
     authed.exchange(b"list-tube-used\r\n", b"USING default\r\n");
     by_listener.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
+}
+
+#[test]
+fn strangers_are_capped_by_max_pending_and_others_are_served() {
+    if !sprout_only("strangers_are_capped_by_max_pending_and_others_are_served") {
+        return;
+    }
+    let s = Secured::start(&["--max-pending", "3", "--handshake-timeout", "4"]);
+    let mut root = s.as_("root");
+    // Each is served (it has its session, and holds a slot) before the next.
+    let mut strangers: Vec<Client> = (0..3)
+        .map(|_| {
+            let mut c = s.server.connect();
+            c.exchange(b"stats\r\n", b"AUTH_REQUIRED\r\n");
+            c
+        })
+        .collect();
+    // A fourth is closed at once, unanswered.
+    let started = Instant::now();
+    let mut fourth = s.server.connect();
+    fourth.send(b"stats\r\n");
+    fourth.expect_closed();
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Who has a principal is served meanwhile: already authenticated, or
+    // by a listener, which needs no slot.
+    root.exchange(b"list-tube-used\r\n", b"USING default\r\n");
+    s.listener_of("producer")
+        .exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
+    // One that authenticates gives its slot to the next stranger.
+    strangers[0].exchange(
+        format!("auth {}\r\n", token("consumer")).as_bytes(),
+        b"AUTHENTICATED\r\n",
+    );
+    let mut next = s.server.connect();
+    next.exchange(b"stats\r\n", b"AUTH_REQUIRED\r\n");
+    // At the deadline the strangers are gone; the authenticated one stays.
+    for c in strangers.iter_mut().skip(1) {
+        c.expect_closed();
+    }
+    strangers[0].exchange(b"watch jobs.a\r\n", b"WATCHING 2\r\n");
+    let mut late = s.server.connect();
+    late.exchange(
+        format!("auth {}\r\n", token("producer")).as_bytes(),
+        b"AUTHENTICATED\r\n",
+    );
 }
 
 #[test]

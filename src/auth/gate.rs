@@ -1,6 +1,8 @@
 //! What every connection of a server with `--auth` shares: the policy,
-//! the failed attempts per address (`limit.rs`), and the figures
-//! `/metrics` shows (connections by principal, failures). A connection's
+//! the failed attempts per address (`limit.rs`), the `--max-pending`
+//! slots a connection holds until it authenticates (`pending.rs`, shared
+//! with the TLS handshakes), and the figures `/metrics` shows
+//! (connections by principal, failures). A connection's
 //! own state is its [`Session`](super::Session).
 //!
 //! The connection gauge's labels are the policy's principal names plus
@@ -9,15 +11,12 @@
 //! the label set is bounded by the policy file, never by clients.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::limit::Failures;
 use super::policy::{Policy, PrincipalId};
-
-/// How long a connection without a principal has to authenticate (the
-/// TLS handshake's default time limit, which it will share).
-pub const AUTH_DEADLINE: Duration = Duration::from_secs(10);
+use crate::pending::{Pending, PendingLimit};
 
 /// A connection's principal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,13 +37,17 @@ pub struct Gate {
     /// `local`.
     connections: Vec<AtomicI64>,
     failures_total: AtomicU64,
+    /// The server's `--max-pending` slots.
+    pending: Arc<PendingLimit>,
 }
 
 impl Gate {
-    pub fn new(policy: Policy) -> Gate {
+    /// `pending`: the slots the server's TLS handshakes take too.
+    pub fn new(policy: Policy, pending: Arc<PendingLimit>) -> Gate {
         let labels = policy.names().count() + 2;
         Gate {
             policy,
+            pending,
             failures: Mutex::default(),
             connections: (0..labels).map(|_| AtomicI64::new(0)).collect(),
             failures_total: AtomicU64::new(0),
@@ -53,6 +56,12 @@ impl Gate {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// A slot for a connection that has yet to authenticate, or None when
+    /// `--max-pending` connections are already waiting.
+    pub(super) fn admit(&self) -> Option<Pending> {
+        self.pending.admit()
     }
 
     /// Open connections by principal (label, count), for `/metrics`.

@@ -27,8 +27,9 @@
 //! names map to two principals is none of them; principal names are
 //! label-safe and `unauthenticated`/`local` are reserved (`policy.rs`);
 //! a principal nothing can act as is a load error; FORBIDDEN refusals
-//! are audited too (`audit.rs`); connections without a principal get
-//! [`AUTH_DEADLINE`] to authenticate.
+//! are audited too (`audit.rs`); a connection without a principal holds
+//! one of the `--max-pending` slots TLS handshakes take, with the same
+//! `--handshake-timeout`, until it authenticates (`session.rs`).
 
 pub mod audit;
 mod cert;
@@ -45,7 +46,7 @@ use std::path::PathBuf;
 
 pub use audit::log_directive;
 pub use decide::{decide, Decision, Facts, JobFacts, Need};
-pub use gate::{Gate, AUTH_DEADLINE};
+pub use gate::Gate;
 pub use grant::{Action, Grants};
 pub use policy::{ByCert, LoadError, Policy, Principal, PrincipalId};
 pub use session::{proven_principal, Session, Step};

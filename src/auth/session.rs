@@ -6,9 +6,12 @@
 //! passed on is the principal that node vouched for, if this policy knows
 //! it (that node found it by [`proven_principal`], as this one would have);
 //! else the principal its verified client certificate names; else the one
-//! its listener gives connections without a credential; else nobody yet,
-//! and it must `auth` within [`AUTH_DEADLINE`](super::gate::AUTH_DEADLINE)
-//! or be closed.
+//! its listener gives connections without a credential; else nobody yet:
+//! then it holds one of the `--max-pending` slots (the one its TLS
+//! handshake held, or a new one; with none free it is not served) until
+//! it authenticates, and is closed at that slot's deadline if it has not
+//! (`pending.rs`). So strangers that connect and never authenticate are
+//! bounded in number and time exactly as TLS handshakes are.
 //!
 //! Before it is someone, every request but `auth` and `quit` (a line the
 //! parser refused too) answers AUTH_REQUIRED and changes nothing, not
@@ -30,10 +33,11 @@ use sprout_protocol::{Command, Request, Response, Token};
 
 use super::audit::{self, Actor};
 use super::decide::{decide, Decision, Facts};
-use super::gate::{Gate, Who, AUTH_DEADLINE};
+use super::gate::{Gate, Who};
 use super::grant::Action;
 use super::policy::{ByCert, PrincipalId};
 use crate::peer::Peer;
+use crate::pending::Pending;
 
 /// Failed `auth`s a connection may make; the last closes it.
 pub const MAX_FAILURES: u8 = 3;
@@ -63,22 +67,28 @@ pub struct Session {
     peer: Peer,
     who: Who,
     failures: u8,
-    /// While nobody: when the connection is closed.
-    deadline: Option<Instant>,
+    /// While nobody: its `--max-pending` slot and deadline.
+    slot: Option<Pending>,
 }
 
 impl Session {
-    /// A new connection from `peer` (see the module docs for who it is).
-    pub fn open(gate: Arc<Gate>, peer: Peer, now: Instant) -> Session {
+    /// A new connection from `peer`, holding `slot` if its TLS handshake
+    /// took one (see the module docs for who it is); None if it has to
+    /// authenticate but every slot is taken: close it.
+    pub fn open(gate: Arc<Gate>, peer: Peer, slot: Option<Pending>) -> Option<Session> {
         let who = first_principal(&gate, &peer);
+        let slot = match who {
+            Who::Nobody => Some(slot.or_else(|| gate.admit())?),
+            _ => None,
+        };
         gate.count(None, Some(who));
-        Session {
-            deadline: (who == Who::Nobody).then(|| now + AUTH_DEADLINE),
+        Some(Session {
+            slot,
             gate,
             peer,
             who,
             failures: 0,
-        }
+        })
     }
 
     /// Whether the connection has a principal (or is trusted).
@@ -88,7 +98,7 @@ impl Session {
 
     /// When the connection is closed unless it authenticates first.
     pub fn deadline(&self) -> Option<Instant> {
-        self.deadline
+        self.slot.as_ref().map(|slot| slot.deadline().into_std())
     }
 
     /// May the principal inspect `tube`? (What `list-tubes` and `stats`
@@ -158,7 +168,7 @@ impl Session {
     fn become_(&mut self, who: Who) {
         self.gate.count(Some(self.who), Some(who));
         self.who = who;
-        self.deadline = None;
+        self.slot = None;
     }
 
     fn actor(&self) -> Actor<'_> {

@@ -10,6 +10,7 @@ use crate::auth::decide::JobFacts;
 use crate::auth::policy::Policy;
 use crate::auth::token::TokenHash;
 use crate::peer::CertIdentity;
+use crate::pending::PendingLimit;
 
 fn policy() -> Policy {
     let text = format!(
@@ -39,7 +40,25 @@ grants = [{{ tubes = ["orders.*"], actions = ["inspect"] }}]
 }
 
 fn gate() -> Arc<Gate> {
-    Arc::new(Gate::new(policy()))
+    gate_of(1024)
+}
+
+/// A gate whose connections may wait `slots` at once to authenticate.
+fn gate_of(slots: usize) -> Arc<Gate> {
+    let pending = PendingLimit::new(slots, Duration::from_secs(10));
+    Arc::new(Gate::new(policy(), Arc::new(pending)))
+}
+
+/// Whether `s` is closed 10 s after it was opened, which was after `since`.
+fn closes_ten_seconds_after(s: &Session, since: Instant) -> bool {
+    let ten = Duration::from_secs(10);
+    s.deadline()
+        .is_some_and(|d| d >= since + ten && d <= Instant::now() + ten)
+}
+
+/// A session for a connection that took no slot in a TLS handshake.
+fn open(gate: Arc<Gate>, peer: Peer) -> Session {
+    Session::open(gate, peer, None).expect("a free slot")
 }
 
 fn peer(addr: &str, listener: &str) -> Peer {
@@ -86,9 +105,9 @@ fn answer(response: Response) -> Step {
 fn before_authenticating() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
+    let mut s = open(gate.clone(), tcp("10.0.0.1:5000"));
     assert!(!s.authenticated());
-    assert_eq!(s.deadline(), Some(now + AUTH_DEADLINE));
+    assert!(closes_ten_seconds_after(&s, now));
     let refused = Err(Rejected {
         error: ProtocolError::JobTooBig,
         counted: Some(sprout_protocol::Op::Put),
@@ -117,7 +136,7 @@ fn before_authenticating() {
 fn a_good_token_then_the_grants() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
+    let mut s = open(gate.clone(), tcp("10.0.0.1:5000"));
     assert_eq!(
         s.screen(auth("producer-token"), &Known, now),
         answer(Response::Authenticated)
@@ -174,7 +193,7 @@ fn a_good_token_then_the_grants() {
 fn the_third_failure_closes() {
     let gate = gate();
     let now = Instant::now();
-    let mut s = Session::open(gate.clone(), tcp("10.0.0.1:5000"), now);
+    let mut s = open(gate.clone(), tcp("10.0.0.1:5000"));
     assert_eq!(
         s.screen(auth("a"), &Known, now),
         answer(Response::Unauthorized)
@@ -199,7 +218,7 @@ fn ten_failures_from_one_address_lock_it_out() {
     let gate = gate();
     let now = Instant::now();
     let mut sessions: Vec<Session> = (0..4)
-        .map(|i| Session::open(gate.clone(), tcp(&format!("10.0.0.1:{}", 5000 + i)), now))
+        .map(|i| open(gate.clone(), tcp(&format!("10.0.0.1:{}", 5000 + i))))
         .collect();
     for n in 0..10 {
         let s = &mut sessions[n / 3];
@@ -215,7 +234,7 @@ fn ten_failures_from_one_address_lock_it_out() {
     );
     assert!(!sessions[3].authenticated());
     // Another address is served.
-    let mut other = Session::open(gate.clone(), tcp("10.0.0.2:5000"), now);
+    let mut other = open(gate.clone(), tcp("10.0.0.2:5000"));
     assert_eq!(
         other.screen(auth("ops-token"), &Known, now),
         answer(Response::Authenticated)
@@ -233,7 +252,7 @@ fn ten_failures_from_one_address_lock_it_out() {
 fn who_a_connection_is_at_the_start() {
     let gate = gate();
     let now = Instant::now();
-    let by_listener = Session::open(gate.clone(), peer("unix", "unix:/run/sprout.sock"), now);
+    let by_listener = open(gate.clone(), peer("unix", "unix:/run/sprout.sock"));
     assert!(by_listener.authenticated());
     assert!(by_listener.may_inspect("orders.eu"));
     assert!(!by_listener.may_inspect("default"));
@@ -242,7 +261,7 @@ fn who_a_connection_is_at_the_start() {
         common_name: Some("ops-1".into()),
         sans: vec![],
     });
-    let by_cert = Session::open(gate.clone(), by_cert, now);
+    let by_cert = open(gate.clone(), by_cert);
     assert!(by_cert.may_inspect("default"));
     assert_eq!(by_cert.deadline(), None);
     // A certificate the policy does not know: the listener decides.
@@ -251,13 +270,13 @@ fn who_a_connection_is_at_the_start() {
         common_name: Some("stranger".into()),
         sans: vec![],
     });
-    assert!(Session::open(gate.clone(), stranger, now).may_inspect("orders.eu"));
-    let mut local = Session::open(gate.clone(), Peer::local(), now);
+    assert!(open(gate.clone(), stranger).may_inspect("orders.eu"));
+    let mut local = open(gate.clone(), Peer::local());
     assert_eq!(
         local.screen(Ok(Command::Kick(1)), &Known, now),
         Step::Run(Ok(Command::Kick(1)))
     );
-    let nobody = Session::open(gate.clone(), tcp("10.0.0.4:1"), now);
+    let nobody = open(gate.clone(), tcp("10.0.0.4:1"));
     assert!(!nobody.authenticated());
     let counts: Vec<(&str, i64)> = gate.connections();
     assert_eq!(
@@ -288,7 +307,7 @@ fn a_client_another_node_passed_on_is_who_that_node_vouched_for() {
             by: "n2".into(),
             principal: principal.map(Into::into),
         });
-        Session::open(gate.clone(), p, now)
+        open(gate.clone(), p)
     };
     let ops = relayed(Some("ops"));
     assert!(ops.authenticated() && ops.may_inspect("default"));
@@ -297,7 +316,7 @@ fn a_client_another_node_passed_on_is_who_that_node_vouched_for() {
     for nobody in [None, Some("ghost"), Some("local"), Some("unauthenticated")] {
         let s = relayed(nobody);
         assert!(!s.authenticated(), "{nobody:?}");
-        assert_eq!(s.deadline(), Some(now + AUTH_DEADLINE));
+        assert!(closes_ten_seconds_after(&s, now));
     }
     // What a standby vouches is what the leader finds for its own clients.
     let mut by_cert = tcp("10.0.0.3:1");
@@ -317,4 +336,33 @@ fn ops_cert() -> Option<CertIdentity> {
         common_name: Some("ops-1".into()),
         sans: vec![],
     })
+}
+
+#[test]
+fn strangers_wait_in_the_pending_slots_and_only_they() {
+    let gate = gate_of(2);
+    let stranger = |port: u16| Session::open(gate.clone(), tcp(&format!("10.0.0.9:{port}")), None);
+    let (mut first, _second) = (stranger(1).unwrap(), stranger(2).unwrap());
+    assert!(stranger(3).is_none(), "two wait already");
+    // Who is someone from the start takes no slot.
+    let by_listener = Session::open(gate.clone(), peer("unix", "unix:/run/sprout.sock"), None);
+    assert!(by_listener.is_some_and(|s| s.deadline().is_none()));
+    assert!(Session::open(gate.clone(), Peer::local(), None).is_some());
+    // One that authenticates gives its slot back.
+    let now = Instant::now();
+    assert_eq!(
+        first.screen(auth("producer-token"), &Known, now),
+        answer(Response::Authenticated)
+    );
+    assert_eq!(first.deadline(), None);
+    let third = stranger(3).expect("the slot given back");
+    assert!(stranger(4).is_none());
+    // A TLS connection brings the slot (and deadline) its handshake held.
+    drop(third);
+    let limit = PendingLimit::new(1, Duration::from_secs(3));
+    let held = limit.admit().unwrap();
+    let deadline = held.deadline().into_std();
+    let tls = Session::open(gate.clone(), tcp("10.0.0.9:5"), Some(held)).unwrap();
+    assert_eq!(tls.deadline(), Some(deadline));
+    assert!(stranger(6).is_some(), "it took none of the gate's");
 }

@@ -159,7 +159,7 @@ impl Side {
         match role {
             Role::Leader => {
                 let shared = self.shared.clone();
-                crate::connection::serve(client, peer, shared, self.max_job_size).await
+                crate::connection::serve(client, peer, shared, self.max_job_size, None).await
             }
             Role::Standby { leader: Some(addr) } => {
                 let relayed = match &self.peers {
@@ -201,7 +201,10 @@ impl Side {
             .await
             .is_ok_and(|r| r.is_ok());
         match leads {
-            true => crate::connection::serve(client, peer, self.shared, self.max_job_size).await,
+            true => {
+                let (shared, max) = (self.shared, self.max_job_size);
+                crate::connection::serve(client, peer, shared, max, None).await
+            }
             false => tracing::info!("a relayed client, but this node does not lead: closed"),
         }
     }

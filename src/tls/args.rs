@@ -28,13 +28,15 @@ pub struct TlsArgs {
     #[arg(id = "tls_client_ca", long = "tls-client-ca", value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
 
-    /// Close a connection whose TLS handshake has not finished SECS
-    /// seconds (fractions allowed) after it was accepted.
+    /// Close a connection whose TLS handshake (and, with --auth,
+    /// authentication) has not finished SECS seconds (fractions allowed)
+    /// after it was accepted.
     #[arg(long = "handshake-timeout", value_name = "SECS", default_value = "10", value_parser = seconds)]
     pub handshake_timeout: Duration,
 
-    /// At most N connections may be in their handshake at once; more are
-    /// closed as soon as they are accepted.
+    /// At most N connections may be in their TLS handshake or (with
+    /// --auth) not yet authenticated at once; more are closed as soon as
+    /// they are accepted.
     #[arg(long = "max-pending", value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_pending: u32,
 }

@@ -74,7 +74,11 @@ pub async fn serve<S>(
 {
     let listener = peer.listener.clone();
     let session = match shared.auth() {
-        None => None,
+        None => {
+            // Trusted now: the slot is free for another.
+            drop(slot);
+            None
+        }
         Some(gate) => match Session::open(gate.clone(), peer, slot) {
             Some(session) => Some(session),
             None => {

@@ -1,36 +1,56 @@
 //! `--auth` end to end, as byte transcripts against the real binary.
 //!
 //! One transcript per action (produce, consume, inspect, admin) runs for
-//! every principal of the test policy, authenticated by token over TCP
-//! and by its listener (a unix socket the policy gives it), and expects
-//! each command's exact answer where the principal has the action and
-//! FORBIDDEN (changing nothing) where it has not. The same transcripts
-//! run without `--auth`, where everything is allowed; that test, like
-//! `auth` being an unknown command there, also runs against beanstalkd
-//! 1.13 (`SPROUT_TEST_BINARY`), to show `--auth` absent changes no byte.
+//! every principal of the test policy, authenticated three ways: by
+//! token over TCP, by its client certificate on a mutual-TLS listener
+//! (no `auth` sent), and by its listener (a unix socket the policy gives
+//! it); each expects every command's exact answer where the principal
+//! has the action and FORBIDDEN (changing nothing) where it has not. The
+//! same transcripts run without `--auth`, where everything is allowed;
+//! that test, like `auth` being an unknown command there, also runs
+//! against beanstalkd 1.13 (`SPROUT_TEST_BINARY`), to show `--auth`
+//! absent changes no byte. On a TLS listener, a certificate the policy
+//! knows beats the listener's principal, and one it does not know gets
+//! the listener's principal or, where the listener has none, must `auth`.
 //! Then what happens before `auth`, the failure limits, a 1 MiB line and
 //! a 64 MiB body before `auth`, the deadline, the audit trail, the
 //! metrics, `list-tubes` and `stats` as an inspector of some tubes sees
 //! them, and `sprout hash-token`.
+//!
+//! Certificates are made per server with `common/certs.rs` (through
+//! `common/tls.rs`'s `Pki`).
 
 mod common;
 mod http_client;
+#[path = "common/tls.rs"]
+mod tls_kit;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{foreign_binary, parse_yaml_list, sprout_only, Addr, Client, TempDir, TestServer};
 use sprout_testkit::status_kb;
+use tls_kit::{tls_client, Pki};
 
-/// The test policy's principals: each has a token (`<name>-token-0123`),
-/// the first four also a unix-socket listener. All grants are on `jobs.*`
-/// but root's, which is everything on every tube.
+/// The test policy's principals: each has a token (`<name>-token-0123`)
+/// and a client certificate ([`cert_name`]), the first four also a
+/// unix-socket listener. All grants are on `jobs.*` but root's, which is
+/// everything on every tube.
 const PRINCIPALS: [&str; 5] = ["producer", "consumer", "inspector", "admin", "root"];
 
 fn token(who: &str) -> String {
     format!("{who}-token-0123")
+}
+
+/// How the policy names `who`'s client certificate (common name
+/// `<name>-1`, DNS name `<name>.internal`): some by the DNS name, the
+/// others by the common name.
+fn cert_name(who: &str) -> String {
+    match who {
+        "producer" | "inspector" | "root" => format!("DNS:{who}.internal"),
+        _ => format!("CN={who}-1"),
+    }
 }
 
 /// What a principal may do in these transcripts.
@@ -89,9 +109,9 @@ fn hash_token(input: &[u8]) -> (bool, String, String) {
     (out.status.success(), text(out.stdout), text(out.stderr))
 }
 
-/// The policy: each principal's grants and token, and a unix socket for
-/// each of the first four.
-fn policy(sockets: &[(String, PathBuf)]) -> String {
+/// The policy: each principal's grants, token and certificate, and
+/// `listeners` (as `[listeners]` spells them, and whose).
+fn policy(listeners: &[(String, &str)]) -> String {
     let mut text = String::new();
     for who in PRINCIPALS {
         let (ok, hash, _) = hash_token(format!("{}\n", token(who)).as_bytes());
@@ -109,44 +129,94 @@ fn policy(sockets: &[(String, PathBuf)]) -> String {
             _ => format!(r#"{{ tubes = ["jobs.*"], actions = ["{action}"] }}"#),
         };
         text += &format!(
-            "[[principal]]\nname = \"{who}\"\ntokens = [\"{}\"]\ngrants = [{grants}]\n\n",
-            hash.trim()
+            "[[principal]]\nname = \"{who}\"\ntokens = [\"{}\"]\ncerts = [\"{}\"]\n\
+             grants = [{grants}]\n\n",
+            hash.trim(),
+            cert_name(who)
         );
     }
     text += "[listeners]\n";
-    for (who, path) in sockets {
-        text += &format!("\"unix:{}\" = \"{who}\"\n", path.display());
+    for (listener, who) in listeners {
+        text += &format!("\"{listener}\" = \"{who}\"\n");
     }
     text
 }
 
-/// A sprout with `--auth` on 127.0.0.1 and four unix sockets.
+/// A sprout with `--auth`: a plain listener on 127.0.0.1, a unix socket
+/// for each of the first four principals, and two mutual-TLS listeners
+/// (the clients' CA is `pki`'s root): `tls`, which the policy gives no
+/// principal, and `inspectors_tls`, which it gives `inspector`.
 struct Secured {
     server: TestServer,
     dir: TempDir,
+    pki: Pki,
+    tls: u16,
+    inspectors_tls: u16,
+}
+
+/// How a connection comes to act as a principal.
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    Token,
+    Certificate,
+    Listener,
+}
+
+impl Way {
+    const ALL: [Way; 3] = [Way::Token, Way::Certificate, Way::Listener];
+
+    fn name(self) -> &'static str {
+        match self {
+            Way::Token => "token",
+            Way::Certificate => "cert",
+            Way::Listener => "listener",
+        }
+    }
 }
 
 impl Secured {
     fn start(extra: &[&str]) -> Secured {
         let dir = TempDir::new();
-        let sockets: Vec<(String, PathBuf)> = PRINCIPALS[..4]
+        let pki = Pki::new();
+        for who in PRINCIPALS.iter().chain(&["stranger"]) {
+            pki.client(who, &format!("{who}-1"), &[&format!("{who}.internal")]);
+        }
+        let socket = |who: &str| dir.path().join(format!("{who}.sock"));
+        let (tls, inspectors_tls) = (TestServer::free_port(), TestServer::free_port());
+        let mut listeners: Vec<(String, &str)> = PRINCIPALS[..4]
             .iter()
-            .map(|who| (who.to_string(), dir.path().join(format!("{who}.sock"))))
+            .map(|who| (format!("unix:{}", socket(who).display()), *who))
             .collect();
+        // As --tls-listen binds it.
+        listeners.push((format!("127.0.0.1:{inspectors_tls}"), "inspector"));
         let file = dir.path().join("policy.toml");
-        std::fs::write(&file, policy(&sockets)).unwrap();
+        std::fs::write(&file, policy(&listeners)).unwrap();
         let port = TestServer::free_port().to_string();
         let mut args = vec!["-l".to_owned(), "127.0.0.1".to_owned()];
-        for (_, path) in &sockets {
-            args.extend(["-l".to_owned(), format!("unix:{}", path.display())]);
+        for who in &PRINCIPALS[..4] {
+            args.extend(["-l".to_owned(), format!("unix:{}", socket(who).display())]);
         }
-        args.extend(["-p".into(), port.clone(), "--auth".into()]);
-        args.push(file.display().to_string());
+        args.extend(["-p".into(), port.clone()]);
+        for tls_port in [tls, inspectors_tls] {
+            args.extend(["--tls-listen".into(), format!("127.0.0.1:{tls_port}")]);
+        }
+        args.extend(pki.server_args());
+        args.extend([
+            "--tls-client-ca".into(),
+            pki.path("ca.pem").display().to_string(),
+        ]);
+        args.extend(["--auth".into(), file.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let server = TestServer::spawn(&args, Addr::Tcp(port.parse().unwrap()))
             .unwrap_or_else(|e| panic!("{e}"));
-        Secured { server, dir }
+        Secured {
+            server,
+            dir,
+            pki,
+            tls,
+            inspectors_tls,
+        }
     }
 
     /// A TCP connection that has authenticated as `who`.
@@ -162,6 +232,22 @@ impl Secured {
     /// A connection on `who`'s unix socket: `who` without a credential.
     fn listener_of(&self, who: &str) -> Client {
         Client::unix(&self.dir.path().join(format!("{who}.sock")))
+    }
+
+    /// A connection to the TLS listener on `port` showing `cert`'s
+    /// certificate (a principal's, or `stranger`'s, which the policy does
+    /// not know).
+    fn showing(&self, port: u16, cert: &str) -> Client {
+        tls_client(port, self.pki.client_config(Some(cert)))
+    }
+
+    /// A connection acting as `who`, made the `way` given.
+    fn connect_as(&self, who: &str, way: Way) -> Client {
+        match way {
+            Way::Token => self.as_(who),
+            Way::Certificate => self.showing(self.tls, who),
+            Way::Listener => self.listener_of(who),
+        }
     }
 }
 
@@ -368,31 +454,61 @@ const ACTIONS: [(&str, Transcript); 4] = [
 ];
 
 #[test]
-fn every_action_allowed_and_forbidden_by_token_and_by_listener() {
-    if !sprout_only("every_action_allowed_and_forbidden_by_token_and_by_listener") {
+fn every_action_allowed_and_forbidden_by_token_certificate_and_listener() {
+    if !sprout_only("every_action_allowed_and_forbidden_by_token_certificate_and_listener") {
         return;
     }
     let s = Secured::start(&[]);
     let mut root = s.as_("root");
     for who in PRINCIPALS {
-        for by_listener in [false, true] {
-            if by_listener && who == "root" {
+        for way in Way::ALL {
+            if matches!(way, Way::Listener) && who == "root" {
                 continue;
             }
             for (action, transcript) in ACTIONS {
-                let mut c = match by_listener {
-                    true => s.listener_of(who),
-                    false => s.as_(who),
-                };
-                let tube = format!("jobs.{who}.{action}.{}", u8::from(by_listener));
-                eprintln!(
-                    "{who} ({}) {action}",
-                    if by_listener { "listener" } else { "token" }
-                );
+                let mut c = s.connect_as(who, way);
+                let tube = format!("jobs.{who}.{action}.{}", way.name());
+                eprintln!("{who} ({}) {action}", way.name());
                 transcript(&mut c, &mut root, &tube, rights(who), true);
             }
         }
     }
+}
+
+#[test]
+fn on_a_tls_listener_the_certificates_principal_else_the_listeners_else_auth() {
+    let test = "on_a_tls_listener_the_certificates_principal_else_the_listeners_else_auth";
+    if !sprout_only(test) {
+        return;
+    }
+    let s = Secured::start(&[]);
+    // A certificate the policy does not know, on a listener that gives
+    // no principal: like any connection without one, it must `auth`.
+    let mut c = s.showing(s.tls, "stranger");
+    c.exchange(b"use jobs.a\r\n", b"AUTH_REQUIRED\r\n");
+    c.exchange(
+        format!("auth {}\r\n", token("producer")).as_bytes(),
+        b"AUTHENTICATED\r\n",
+    );
+    c.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
+    let id = c.put(b"order");
+    c.exchange(format!("peek {id}\r\n").as_bytes(), b"FORBIDDEN\r\n");
+    // The same certificate on the listener the policy names (as
+    // `127.0.0.1:PORT`): the listener's principal, `inspector`.
+    let mut c = s.showing(s.inspectors_tls, "stranger");
+    c.exchange(
+        format!("peek {id}\r\n").as_bytes(),
+        format!("FOUND {id} 5\r\norder\r\n").as_bytes(),
+    );
+    c.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
+    c.exchange(b"put 0 0 60 1\r\nx\r\n", b"FORBIDDEN\r\n");
+    // A certificate the policy knows beats the listener's principal.
+    let mut c = s.showing(s.inspectors_tls, "producer");
+    c.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
+    c.put(b"more");
+    c.exchange(format!("peek {id}\r\n").as_bytes(), b"FORBIDDEN\r\n");
+    let log = s.server.stderr();
+    assert!(!log.contains("does not have"), "{log}");
 }
 
 #[test]
@@ -621,17 +737,22 @@ fn a_connection_must_authenticate_within_the_deadline() {
     let mut silent = s.server.connect();
     let mut chatty = s.server.connect();
     let mut authed = s.as_("root");
+    let mut by_cert = s.showing(s.tls, "producer");
+    let mut stranger = s.showing(s.tls, "stranger");
     let mut by_listener = s.listener_of("producer");
     while started.elapsed() < Duration::from_millis(2300) {
         chatty.exchange(b"stats\r\n", b"AUTH_REQUIRED\r\n");
         std::thread::sleep(Duration::from_millis(300));
     }
-    // 3 s after they connected, both are closed; talking kept neither open.
+    // 3 s after they connected, all three are closed; talking kept none
+    // open, nor did a certificate the policy does not know.
     silent.expect_closed();
     chatty.expect_closed();
+    stranger.expect_closed();
     assert!(started.elapsed() >= Duration::from_millis(2900));
     // Those with a principal are not on a clock.
     authed.exchange(b"list-tube-used\r\n", b"USING default\r\n");
+    by_cert.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
     by_listener.exchange(b"use jobs.a\r\n", b"USING jobs.a\r\n");
 }
 
@@ -642,10 +763,15 @@ fn strangers_are_capped_by_max_pending_and_others_are_served() {
     }
     let s = Secured::start(&["--max-pending", "3", "--handshake-timeout", "4"]);
     let mut root = s.as_("root");
-    // Each is served (it has its session, and holds a slot) before the next.
+    // Each is served (it has its session, and holds a slot) before the
+    // next: the third one's TLS handshake is done, yet it holds the slot
+    // the handshake took, for a certificate the policy does not know.
     let mut strangers: Vec<Client> = (0..3)
-        .map(|_| {
-            let mut c = s.server.connect();
+        .map(|i| {
+            let mut c = match i {
+                2 => s.showing(s.tls, "stranger"),
+                _ => s.server.connect(),
+            };
             c.exchange(b"stats\r\n", b"AUTH_REQUIRED\r\n");
             c
         })
@@ -760,6 +886,10 @@ fn metrics_count_connections_by_principal_and_failures() {
     let _root = s.as_("root");
     let _anonymous = s.server.connect();
     let _inspectors = [s.listener_of("inspector"), s.listener_of("inspector")];
+    // TLS 1.3: the client is through the handshake before the server has
+    // read its certificate; an answer shows the server has.
+    let mut admin = s.showing(s.tls, "admin");
+    admin.exchange(b"list-tube-used\r\n", b"USING default\r\n");
     let mut failing = s.server.connect();
     failing.exchange(b"auth nope\r\n", b"UNAUTHORIZED\r\n");
     let scrape = http.raw("GET", "/metrics", &[], None).text;
@@ -767,6 +897,7 @@ fn metrics_count_connections_by_principal_and_failures() {
         ("sprout_auth_failures_total", 1),
         ("sprout_connections{principal=\"root\"}", 1),
         ("sprout_connections{principal=\"inspector\"}", 2),
+        ("sprout_connections{principal=\"admin\"}", 1),
         ("sprout_connections{principal=\"producer\"}", 0),
         ("sprout_connections{principal=\"unauthenticated\"}", 2),
         ("sprout_connections{principal=\"local\"}", 0),

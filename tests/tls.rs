@@ -2,7 +2,9 @@
 //! binary: byte transcripts through a rustls client, the handshake as
 //! `openssl s_client` sees it (version, chain, mutual TLS refusals), a
 //! plain listener beside a TLS one, SIGHUP reloads under load, and the
-//! limits on connections that never finish their handshake.
+//! limits on connections that never finish their handshake. How `--auth`
+//! knows a TLS client (its certificate, else its listener) is in
+//! `tests/auth.rs`.
 //!
 //! Certificates are made per test with rcgen (`common/tls.rs`). beanstalkd
 //! has no TLS, so every test here is sprout-only.
@@ -502,59 +504,4 @@ fn a_large_answer_arrives_whole() {
         }
         client.expect(b"\r\n");
     }
-}
-
-#[test]
-fn a_policy_knows_a_tls_client_by_its_certificate_or_its_listener() {
-    let test = "a_policy_knows_a_tls_client_by_its_certificate_or_its_listener";
-    if !sprout_only(test) {
-        return;
-    }
-    let pki = Pki::new();
-    pki.client("producer", "producer-1", &["producer.internal"]);
-    pki.client("stranger", "stranger-1", &[]);
-    let ca = pki.path("ca.pem").display().to_string();
-    let policy = pki.path("policy.toml");
-    let port = TestServer::free_port();
-    // The TLS listener is named as --tls-listen binds it.
-    std::fs::write(
-        &policy,
-        format!(
-            r#"
-[[principal]]
-name = "producer"
-certs = ["DNS:producer.internal"]
-grants = [{{ tubes = ["orders.*"], actions = ["produce"] }}]
-
-[[principal]]
-name = "reader"
-grants = [{{ tubes = ["*"], actions = ["inspect"] }}]
-
-[listeners]
-"127.0.0.1:{port}" = "reader"
-"#
-        ),
-    )
-    .unwrap();
-    let listen = format!("127.0.0.1:{port}");
-    let server_args = pki.server_args();
-    let mut args = vec!["--tls-listen", &listen, "--tls-client-ca", &ca, "-V"];
-    args.extend(server_args.iter().map(String::as_str));
-    args.extend(["--auth", policy.to_str().unwrap()]);
-    let server = TestServer::spawn(&args, common::Addr::Tcp(port)).expect("start");
-
-    // The certificate's SAN is the principal: no `auth` needed.
-    let mut producer = tls_client(port, pki.client_config(Some("producer")));
-    producer.exchange(b"use orders.eu\r\n", b"USING orders.eu\r\n");
-    let id = producer.put(b"order");
-    producer.exchange(b"use default\r\n", b"FORBIDDEN\r\n");
-    // A certificate the policy does not name: the listener's principal.
-    let mut reader = tls_client(port, pki.client_config(Some("stranger")));
-    reader.exchange(
-        format!("peek {id}\r\n").as_bytes(),
-        format!("FOUND {id} 5\r\norder\r\n").as_bytes(),
-    );
-    reader.exchange(b"put 0 0 60 1\r\nx\r\n", b"FORBIDDEN\r\n");
-    let log = server.stderr();
-    assert!(!log.contains("does not have"), "{log}");
 }

@@ -1,8 +1,9 @@
-//! What the TLS tests add to the harness: a small PKI made with rcgen in a
-//! scratch directory, a server started with a TLS listener, and a client
-//! over rustls that the byte-level [`Client`] drives.
+//! What the TLS tests add to the harness: a small PKI in a scratch
+//! directory (its certificates made by `certs.rs`), a server started with
+//! a TLS listener, and a client over rustls that the byte-level [`Client`]
+//! drives.
 //!
-//! Not declared in `mod.rs` (it links rcgen, rustls and sprout's
+//! Not declared in `mod.rs` (it links rustls and sprout's
 //! `tls::client_config` into every test binary otherwise): a test that
 //! needs it adds `#[path = "common/tls.rs"] mod tls_kit;` beside
 //! `mod common;`.
@@ -16,22 +17,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use rustls_pki_types::ServerName;
 
+use crate::common::certs::Ca;
 use crate::common::{binary, Addr, Client, Stream, TempDir, TestServer, IO_TIMEOUT};
 
 /// A root CA, an intermediate that signs the server's certificate, and the
-/// files a server and its clients read, in one scratch directory.
+/// files a server and its clients read, in one scratch directory (the
+/// certificates from `certs.rs`).
 pub struct Pki {
     dir: TempDir,
-    root: Issuer<'static, KeyPair>,
-    intermediate: Issuer<'static, KeyPair>,
-    intermediate_pem: String,
+    root: Ca,
+    intermediate: Ca,
 }
 
 impl Pki {
@@ -39,14 +37,13 @@ impl Pki {
     /// 127.0.0.1, then the intermediate) with `server.key`.
     pub fn new() -> Pki {
         let dir = TempDir::new();
-        let (root, root_pem) = ca("sprout test CA", None);
-        let (intermediate, intermediate_pem) = ca("sprout test intermediate", Some(&root));
-        std::fs::write(dir.path().join("ca.pem"), root_pem).unwrap();
+        let root = Ca::new("sprout test CA");
+        let intermediate = root.intermediate("sprout test intermediate");
+        root.write(dir.path(), "ca");
         let pki = Pki {
             dir,
             root,
             intermediate,
-            intermediate_pem,
         };
         pki.write_server("localhost");
         pki
@@ -59,42 +56,28 @@ impl Pki {
     /// A new server certificate with common name `cn` in `server.pem` and
     /// `server.key` (replacing what was there); its DER.
     pub fn write_server(&self, cn: &str) -> Vec<u8> {
-        let sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let (der, pem, key) = leaf(cn, sans, ExtendedKeyUsagePurpose::ServerAuth, |p| {
-            p.signed_by_issuer(&self.intermediate)
-        });
-        let chain = format!("{pem}{}", self.intermediate_pem);
-        self.write("server", &chain, &key);
-        der
+        let server = self.intermediate.issue(cn, &["localhost", "127.0.0.1"]);
+        server.write(self.dir.path(), "server");
+        server.der
     }
 
     /// A client certificate for `cn` (and `sans`) signed by the root, as
     /// `NAME.pem` and `NAME.key`.
     pub fn client(&self, name: &str, cn: &str, sans: &[&str]) {
-        let sans = sans.iter().map(|s| s.to_string()).collect();
-        let (_, pem, key) = leaf(cn, sans, ExtendedKeyUsagePurpose::ClientAuth, |p| {
-            p.signed_by_issuer(&self.root)
-        });
-        self.write(name, &pem, &key);
+        self.root.issue(cn, sans).write(self.dir.path(), name);
     }
 
     /// A client certificate of the root that expired in 2021, as `NAME.*`.
     pub fn expired_client(&self, name: &str) {
-        let (_, pem, key) = leaf(name, vec![], ExtendedKeyUsagePurpose::ClientAuth, |p| {
-            p.params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-            p.signed_by_issuer(&self.root)
-        });
-        self.write(name, &pem, &key);
+        self.root
+            .issue_expired(name, &[])
+            .write(self.dir.path(), name);
     }
 
     /// A client certificate of a CA the server does not know, as `NAME.*`.
     pub fn foreign_client(&self, name: &str) {
-        let (stranger, _) = ca("another CA", None);
-        let (_, pem, key) = leaf(name, vec![], ExtendedKeyUsagePurpose::ClientAuth, |p| {
-            p.signed_by_issuer(&stranger)
-        });
-        self.write(name, &pem, &key);
+        let stranger = Ca::new("another CA");
+        stranger.issue(name, &[]).write(self.dir.path(), name);
     }
 
     /// `--tls-cert … --tls-key …` for the server's files.
@@ -120,60 +103,6 @@ impl Pki {
         let files = files.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
         sprout::tls::client_config(&self.path("ca.pem"), files).expect("client config")
     }
-
-    fn write(&self, name: &str, pem: &str, key: &str) {
-        std::fs::write(self.path(&format!("{name}.pem")), pem).unwrap();
-        std::fs::write(self.path(&format!("{name}.key")), key).unwrap();
-    }
-}
-
-/// A certificate being made, and its key.
-struct Making {
-    params: CertificateParams,
-    key: KeyPair,
-}
-
-impl Making {
-    fn signed_by_issuer(&self, issuer: &Issuer<'_, KeyPair>) -> rcgen::Certificate {
-        self.params.signed_by(&self.key, issuer).expect("sign")
-    }
-}
-
-/// A CA named `cn`, self-signed or signed by `parent`: as an issuer, and
-/// its certificate in PEM.
-fn ca(cn: &str, parent: Option<&Issuer<'_, KeyPair>>) -> (Issuer<'static, KeyPair>, String) {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let key = KeyPair::generate().unwrap();
-    let cert = match parent {
-        Some(parent) => params.signed_by(&key, parent).unwrap(),
-        None => params.self_signed(&key).unwrap(),
-    };
-    (Issuer::new(params, key), cert.pem())
-}
-
-/// An end-entity certificate for `cn` and `sans`, signed by `sign`: its
-/// DER, its PEM and its key's PEM.
-fn leaf(
-    cn: &str,
-    sans: Vec<String>,
-    usage: ExtendedKeyUsagePurpose,
-    sign: impl FnOnce(&mut Making) -> rcgen::Certificate,
-) -> (Vec<u8>, String, String) {
-    let mut params = CertificateParams::new(sans).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.extended_key_usages = vec![usage];
-    let mut making = Making {
-        params,
-        key: KeyPair::generate().unwrap(),
-    };
-    let cert = sign(&mut making);
-    (cert.der().to_vec(), cert.pem(), making.key.serialize_pem())
 }
 
 /// Starts the server with `--tls-listen 127.0.0.1:PORT`, `pki`'s server

@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use sprout_protocol::codec::ServerCodec;
@@ -58,6 +58,8 @@ const WRITE_HIGH_WATER: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// While parked in `reserve`, stop reading once this much input is queued.
 const PARKED_READ_LIMIT: usize = 64 * 1024;
+/// How long a closing connection may take to say so (TLS's `close_notify`).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Serves one client (from `peer`) until it quits, hangs up or fails.
 /// `slot`: the `--max-pending` slot its TLS handshake held, which it
@@ -107,7 +109,10 @@ pub async fn serve<S>(
         answers: Vec::new(),
     };
     match conn.run(&shared).await {
-        Ok(()) => tracing::info!(conn = id, "connection closed"),
+        Ok(()) => {
+            conn.close().await;
+            tracing::info!(conn = id, "connection closed")
+        }
         Err(e) => tracing::info!(conn = id, error = %e, "connection closed"),
     }
     shared.disconnect(id);
@@ -192,6 +197,14 @@ where
             }
         }
         Ok(())
+    }
+
+    /// Ends the stream after `quit` or the client's end of stream: over
+    /// TLS that sends `close_notify`, so the client knows it got every
+    /// answer (a plain socket sends its FIN, as when it is dropped). A
+    /// client that does not read is given [`CLOSE_TIMEOUT`].
+    async fn close(&mut self) {
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.stream.shutdown()).await;
     }
 
     /// Reads more input; `false` at end of stream.

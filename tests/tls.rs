@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_between, sprout_only, tool_answers, Client, TestServer, IO_TIMEOUT};
 use sprout_testkit::status_kb;
-use tls_kit::{refusal, server_cert, start_tls, tls_client, Pki};
+use tls_kit::{handshake, refusal, server_cert, start_tls, tls_client, Pki};
 
 /// Polls `check` every 20 ms until it holds or `IO_TIMEOUT` passes.
 #[track_caller]
@@ -73,6 +73,23 @@ fn the_protocol_over_tls_alone() {
     let opened = format!("listener=127.0.0.1:{}", server.port());
     assert!(log.contains(&opened), "{log}");
     assert!(log.contains("version=TLSv1_3 client_cn=-"), "{log}");
+}
+
+#[test]
+fn quit_ends_the_tls_session_with_close_notify() {
+    if !sprout_only("quit_ends_the_tls_session_with_close_notify") {
+        return;
+    }
+    let pki = Pki::new();
+    let server = start_tls(&pki, &[]);
+    let mut stream = handshake(server.port(), pki.client_config(None)).expect("handshake");
+    stream.write_all(b"list-tube-used\r\nquit\r\n").unwrap();
+    let mut answers = Vec::new();
+    // A hang-up without close_notify would be an UnexpectedEof here.
+    stream
+        .read_to_end(&mut answers)
+        .expect("a clean end of the session");
+    assert_eq!(answers, b"USING default\r\n");
 }
 
 #[test]

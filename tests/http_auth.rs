@@ -146,9 +146,13 @@ fn principals_use_the_http_port_with_their_grants() {
     assert_eq!((status, &moved["moved"]), (200, &json!(1)));
     assert_eq!(http.get("/api/server").0, 200);
     assert_eq!(http.raw("GET", "/metrics", &[], None).status, 200);
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let login = http.raw("POST", "/login", &form, Some("token=viewer-token"));
+    assert_eq!(login.status, 303);
     assert_eq!(http.delete(&format!("/api/jobs/{payroll_job}")).0, 200);
 
-    // The trail: each change with its principal; the refusals; no token.
+    // The trail: each change with its principal; the refusals; a sign-in;
+    // no token.
     let log = wait_for(&server, "DELETE /api/jobs/");
     let events: Vec<Value> = log
         .lines()
@@ -182,6 +186,7 @@ fn principals_use_the_http_port_with_their_grants() {
         "{log}"
     );
     assert!(seen("unauthenticated", "auth", "unauthorized"), "{log}");
+    assert!(seen("viewer", "auth", "authenticated"), "{log}");
     for token in ["ops-token", "viewer-token", "producer-token"] {
         assert!(!log.contains(token), "a token in the log");
     }

@@ -300,6 +300,14 @@ async fn login(
         )
             .into_response(),
         Some(caller) => {
+            // A sign-in is audited (a bearer token, per request, only
+            // where it changes something or is refused).
+            let peer = http_peer(from);
+            let actor = audit::Actor {
+                principal: caller.name(gate(&app)),
+                peer: &peer,
+            };
+            audit::auth(&actor, "authenticated");
             let id = app.sessions.start(caller, Instant::now());
             let secure = if app.tls { "; Secure" } else { "" };
             let cookie = format!(

@@ -376,10 +376,15 @@ fn past_max_pending_a_new_connection_is_closed_at_once() {
     let server = start_tls(&pki, &["--max-pending", "4"]);
     // Served, so start_tls's probe (a connection that never handshakes)
     // has long given its slot back.
+    let idle = open_fds(server.pid());
     let mut served = tls_client(server.port(), pki.client_config(None));
     transcript(&mut served);
     served.exchange(b"quit\r\n", b"");
     served.expect_closed();
+    // The server closes its socket just after its close_notify.
+    wait_for("the served connection closed", || {
+        open_fds(server.pid()) <= idle
+    });
     let fds = open_fds(server.pid());
     let mut silent: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(("127.0.0.1", server.port())).expect("connect"))

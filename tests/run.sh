@@ -73,6 +73,7 @@ fi
 "$nats/bin/nats-server" --version
 
 cargo build --release --bin sprout
+bash tests/docs.sh target/release/sprout
 cargo test --workspace
 "$venv/bin/python" tests/clients/greenstalk_smoke.py target/release/sprout
 

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The store's counters behind the `binlog-*` keys, updated by the store's
-/// writer as it works (see the README for what each means with sled).
+/// writer as it works (see docs/durability.md for what each means with sled).
 #[derive(Debug, Default)]
 pub struct BinlogStats {
     /// The oldest journal file kept.

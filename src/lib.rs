@@ -104,7 +104,7 @@
 //!   `kick`: `Engine::kick`; `pause-tube`: `Engine::pause` (its end is
 //!   `Engine::tick`'s `Unpause` arm, in `engine/mod.rs`); `stats-tube`:
 //!   `stats_tube`, its document in `engine/stats.rs`.
-//! * tuber's dialect (README "Extensions"): the tags of `put` in
+//! * tuber's dialect (docs/extensions.md): the tags of `put` in
 //!   `engine/ext.rs` (reached through `put_tagged`, and hooks on a job's
 //!   `tagged` flag in `discard`, `make_reserved`, `unreserve`, `restore`),
 //!   the batch commands in `engine/batch.rs`, the tags' bytes in the store

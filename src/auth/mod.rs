@@ -56,7 +56,7 @@ pub use token::hash_token_command;
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct AuthArgs {
     /// Require clients to authenticate, and limit each to what the policy
-    /// in FILE (TOML) grants it; see the README's "Security". Without it,
+    /// in FILE (TOML) grants it; see docs/security.md. Without it,
     /// every client may do everything, as in beanstalkd.
     #[arg(long = "auth", value_name = "FILE")]
     pub file: Option<PathBuf>,

@@ -6,7 +6,7 @@
 //!
 //! On a server with `--auth`, the bridge's principal needs `produce`,
 //! `consume` and `inspect` on the delivery tube and on its timer tube
-//! (`bridge-timers.<tube>`); README "Security".
+//! (`bridge-timers.<tube>`); docs/security.md.
 
 use std::io;
 use std::path::PathBuf;

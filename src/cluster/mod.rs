@@ -15,6 +15,7 @@
 //! - `version.rs`: refuse NATS servers too old for these guarantees;
 //! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
 //! - `meta.rs`: who leads, the epoch, the id ceiling;
+//! - `placement.rs`: refuse more copies than NATS has servers;
 //! - `publish.rs`: a group commit as one fenced atomic batch;
 //! - `writer.rs`: the leader's store;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
@@ -34,6 +35,7 @@ pub mod link;
 mod meta;
 pub mod node;
 pub mod peers;
+mod placement;
 mod publish;
 pub mod relay;
 mod stream;

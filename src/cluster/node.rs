@@ -28,6 +28,7 @@ use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::link;
 use super::meta::Meta;
+use super::placement;
 use super::publish;
 use super::stream::{self, Trouble};
 use super::subjects::Subjects;
@@ -79,17 +80,21 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
     let timing = Timing::new(options.lease_ttl)?;
     // A NATS cluster that is starting (or electing) times requests out:
     // wait for it, as for a database that is not up yet.
+    // Copies JetStream can never place are refused, not waited for.
+    let replicas = options.replicas;
+    let judge = |t| placement::judge(t, replicas, placement::servers_seen(&client));
     let (stream, lease) = loop {
-        let trouble = match stream::ensure(&js, &subjects, options.replicas).await {
-            Err(Trouble::Refused(why)) => return Err(why),
-            Err(Trouble::Passing(why)) => why,
-            Ok(stream) => match Lease::open(&js, &options.name, timing, options.replicas).await {
+        let opened = match stream::ensure(&js, &subjects, replicas).await {
+            Ok(stream) => match Lease::open(&js, &options.name, timing, replicas).await {
                 Ok(lease) => break (stream, lease),
-                Err(Trouble::Refused(why)) => return Err(why),
-                Err(Trouble::Passing(why)) => why,
+                Err(trouble) => judge(trouble),
             },
+            Err(trouble) => judge(trouble),
         };
-        tracing::warn!("{trouble}; trying again");
+        match opened {
+            Trouble::Refused(why) => return Err(why),
+            Trouble::Passing(why) => tracing::warn!("{why}; trying again"),
+        }
         tokio::time::sleep(SETUP_RETRY).await;
     };
     Ok(Connected {

@@ -20,6 +20,8 @@
 //! - `writer.rs`: the leader's store;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
+//! - `claim.rs`: each node's claim on its id in that bucket, refusing a
+//!   duplicate id and peer TLS on some nodes only;
 //! - `node.rs`: a node's life: follow, claim, lead, stop;
 //! - `relay.rs`: a standby's client connections passed to the leader;
 //! - `peers.rs`: with `--cluster-peer-*`, over mutual TLS to the leader's
@@ -28,6 +30,7 @@
 //! - `bridge.rs`: the embedded Redis bridge, on the leader only.
 
 mod bridge;
+mod claim;
 pub mod config;
 mod follow;
 pub mod lease;

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{watch, Notify};
 
+use super::claim::{self, Claim};
 use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::link;
@@ -80,13 +81,17 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
     let timing = Timing::new(options.lease_ttl)?;
     // A NATS cluster that is starting (or electing) times requests out:
     // wait for it, as for a database that is not up yet.
+    let (ours, ttl) = (own_claim(options), timing.ttl);
     // Copies JetStream can never place are refused, not waited for.
     let replicas = options.replicas;
     let judge = |t| placement::judge(t, replicas, placement::servers_seen(&client));
     let (stream, lease) = loop {
         let opened = match stream::ensure(&js, &subjects, replicas).await {
             Ok(stream) => match Lease::open(&js, &options.name, timing, replicas).await {
-                Ok(lease) => break (stream, lease),
+                Ok(lease) => match claim::stake(lease.store(), &options.node, &ours, ttl).await {
+                    Ok(()) => break (stream, lease),
+                    Err(trouble) => judge(trouble),
+                },
                 Err(trouble) => judge(trouble),
             },
             Err(trouble) => judge(trouble),
@@ -97,6 +102,8 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
         }
         tokio::time::sleep(SETUP_RETRY).await;
     };
+    let store = lease.store().clone();
+    tokio::spawn(claim::keep(store, options.node.clone(), ours, ttl));
     Ok(Connected {
         client,
         js,
@@ -105,6 +112,14 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
         subjects,
         options: options.clone(),
     })
+}
+
+/// What this node's claim on its id says (`claim.rs`).
+fn own_claim(options: &Options) -> Claim {
+    Claim {
+        addr: options.advertise.clone(),
+        peer_tls: options.peers.is_some(),
+    }
 }
 
 /// Follows, takes over and leads; returns `Ok` once a graceful stop

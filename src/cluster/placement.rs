@@ -3,7 +3,9 @@
 //!
 //! JetStream answers such a stream or bucket with "no suitable peers for
 //! placement" (error code 10005), the same answer it gives while servers
-//! are down or a cluster is still forming. Retrying is right for the
+//! are down or a cluster is still forming; a lone server without a
+//! cluster says "replicas > 1 not supported in non-clustered mode"
+//! (10074): what the default of three copies meets on one NATS server. Retrying is right for the
 //! latter and hopeless for the former, where a node used to log the error
 //! every half second for ever: so when more copies are asked for than
 //! the servers NATS announces, the node stops with one message naming
@@ -11,9 +13,12 @@
 
 use super::stream::Trouble;
 
-/// JetStream's answer when it has too few servers for the copies asked.
+/// JetStream's answers when it has too few servers for the copies asked.
 fn no_peers(why: &str) -> bool {
-    why.contains("no suitable peers for placement") || why.contains("error code 10005")
+    ["error code 10005", "error code 10074"]
+        .iter()
+        .any(|code| why.contains(code))
+        || why.contains("no suitable peers for placement")
 }
 
 /// How many NATS servers a client sees: the one it is connected to, or
@@ -46,6 +51,8 @@ mod tests {
         let placement = "cannot create the stream sprout-c: jetstream error: insufficient \
                          resources: no suitable peers for placement (code 500, error code 10005)";
         let timeout = "cannot create the stream sprout-c: jetstream request timed out";
+        let lone = "cannot create the stream SPROUT_c: jetstream error: replicas > 1 not \
+                    supported in non-clustered mode (code 500, error code 10074)";
         // (NATS's answer, replicas, servers seen, final)
         let table = [
             (placement, 5, 3, true),
@@ -54,6 +61,8 @@ mod tests {
             (placement, 1, 1, false),
             (timeout, 5, 3, false),
             ("error code 10005", 2, 1, true),
+            (lone, 3, 1, true),
+            (lone, 1, 1, false),
         ];
         for (why, replicas, servers, last) in table {
             let judged = judge(Trouble::Passing(why.into()), replicas, servers);

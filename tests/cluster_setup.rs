@@ -149,10 +149,50 @@ fn sigterm_while_waiting_for_nats_stops_within_a_second() {
     let node = Node::spawn(&nobody(), &["--cluster-name", "c", "--node-id", "s0"]);
     // Well inside the link's 5 s of patience: the node is retrying.
     thread::sleep(Duration::from_millis(1500));
+    sigterm_stops(node);
+}
+
+#[test]
+fn sigterm_while_waiting_for_jetstream_stops_within_a_second() {
+    let test = "sigterm_while_waiting_for_jetstream";
+    let Some(bin) = common::nats::server_for(test) else {
+        return;
+    };
+    // A NATS server without JetStream (yet): the node keeps asking.
+    let port = TestServer::free_port();
+    let mut nats = Command::new(bin)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("nats://127.0.0.1:{port}");
+    let flags = [
+        "--cluster-name",
+        "c",
+        "--node-id",
+        "s0",
+        "--cluster-replicas",
+        "1",
+    ];
+    let node = Node::spawn(&url, &flags);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !node.said().contains("jetstream unavailable; trying again") {
+        assert!(Instant::now() < deadline, "no retry seen: {}", node.said());
+        thread::sleep(Duration::from_millis(50));
+    }
+    sigterm_stops(node);
+    let _ = nats.kill();
+    let _ = nats.wait();
+}
+
+/// Sends SIGTERM; the node must exit cleanly within [`SIGTERM_BOUND`].
+fn sigterm_stops(node: Node) {
     let sent = Instant::now();
     unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
     let ended = node.ended(sent, SIGTERM_BOUND);
     eprintln!("SIGTERM to exit: {:?} ({:?})", ended.took, ended.status);
+    assert!(ended.status.success(), "{:?}: {}", ended.status, ended.said);
     assert!(
         ended.took <= SIGTERM_BOUND,
         "{:?}: {}",
@@ -172,6 +212,16 @@ fn more_replicas_than_nats_servers_fail_fast() {
         &[&flags[..], &["--cluster-replicas", "5"]].concat(),
     );
     let needle = "--cluster-replicas 5 asks for more copies than the 3 NATS server(s)";
+    refused(node, FAIL_FAST, needle);
+}
+
+#[test]
+fn the_default_three_copies_on_one_nats_server_fail_fast() {
+    let Some(nats) = NatsCluster::start(1, "the_default_three_copies_on_one") else {
+        return;
+    };
+    let node = Node::spawn(&nats.urls(), &["--cluster-name", "r3", "--node-id", "s0"]);
+    let needle = "--cluster-replicas 3 asks for more copies than the 1 NATS server(s)";
     refused(node, FAIL_FAST, needle);
 }
 

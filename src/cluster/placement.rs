@@ -35,10 +35,18 @@ pub fn judge(trouble: Trouble, replicas: usize, servers: usize) -> Trouble {
         Trouble::Passing(why) if no_peers(&why) && replicas > servers => Trouble::Refused(format!(
             "--cluster-replicas {replicas} asks for more copies than the {servers} NATS \
                  server(s) this node sees: JetStream keeps each copy on another server, so give \
-                 --cluster-replicas {servers} or fewer on every node, or add NATS servers \
-                 (NATS said: {why})"
+                 {} on every node, or add NATS servers (NATS said: {why})",
+            fewer(servers)
         )),
         other => other,
+    }
+}
+
+/// The replicas flag that fits `servers` servers.
+fn fewer(servers: usize) -> String {
+    match servers {
+        1 => "--cluster-replicas 1".into(),
+        n => format!("--cluster-replicas {n} or fewer"),
     }
 }
 
@@ -72,6 +80,10 @@ mod tests {
                     let asked = format!("--cluster-replicas {replicas} asks");
                     assert!(e.contains(&asked), "{e}");
                     assert!(e.contains(&format!("the {servers} NATS server(s)")), "{e}");
+                    assert!(
+                        e.contains(&format!("give --cluster-replicas {servers} ")),
+                        "{e}"
+                    );
                 }
                 Trouble::Passing(e) => assert!(!last, "{why} {replicas}/{servers}: {e}"),
             }

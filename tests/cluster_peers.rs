@@ -402,6 +402,8 @@ fn run(dir: &Path, extra: &[&str]) -> (bool, String) {
         &port,
         "--cluster",
         &url,
+        "--cluster-name",
+        "peers",
         "--node-id",
         "s0",
     ];

@@ -19,14 +19,10 @@ pub struct ClusterArgs {
     pub urls: Option<String>,
 
     /// The cluster this node belongs to: nodes with the same name share one
-    /// job state.
-    #[arg(
-        long = "cluster-name",
-        value_name = "NAME",
-        default_value = "sprout",
-        requires = "urls"
-    )]
-    pub name: String,
+    /// job state. Required with --cluster: a default would let a missing or
+    /// misspelled name form a second cluster without a word.
+    #[arg(long = "cluster-name", value_name = "NAME", requires = "urls")]
+    pub name: Option<String>,
 
     /// This node's name, unique in its cluster.
     #[arg(long = "node-id", value_name = "ID", requires = "urls")]
@@ -98,7 +94,7 @@ impl Options {
         if binlog {
             return Err("--cluster keeps jobs in NATS JetStream: leave out -b".into());
         }
-        Subjects::new(&args.name)?;
+        let name = cluster_name(args.name.as_deref())?;
         let link = Link::from_args(urls, &args.link)?;
         let node = args
             .node_id
@@ -117,7 +113,7 @@ impl Options {
         }
         Ok(Some(Options {
             link,
-            name: args.name.clone(),
+            name,
             node,
             advertise,
             replicas: args.replicas,
@@ -125,6 +121,18 @@ impl Options {
             peers,
         }))
     }
+}
+
+/// `--cluster-name`, which has no default: a node started without it, or
+/// with a misspelling, would otherwise form a cluster of its own in
+/// silence (its own stream and lease), and serve jobs nobody else sees.
+fn cluster_name(name: Option<&str>) -> Result<String, String> {
+    let name = name.ok_or(
+        "--cluster needs --cluster-name NAME: the nodes with the same name share one job \
+         state (the same name on every node of the cluster)",
+    )?;
+    Subjects::new(name)?;
+    Ok(name.to_string())
 }
 
 /// The first `-l` address with `-p`, unless it names no one host.
@@ -149,7 +157,7 @@ mod tests {
     fn args(node: Option<&str>, advertise: Option<&str>) -> ClusterArgs {
         ClusterArgs {
             urls: Some("nats://127.0.0.1:4222".into()),
-            name: "sprout".into(),
+            name: Some("sprout".into()),
             node_id: node.map(Into::into),
             advertise: advertise.map(Into::into),
             replicas: 3,
@@ -196,6 +204,15 @@ mod tests {
             (args(None, None), "10.0.0.5", false, "--node-id"),
             (args(Some("a b"), None), "10.0.0.5", false, "--node-id"),
             (args(Some("n1"), None), "10.0.0.5", true, "-b"),
+            (
+                ClusterArgs {
+                    name: None,
+                    ..args(Some("n1"), None)
+                },
+                "10.0.0.5",
+                false,
+                "--cluster needs --cluster-name",
+            ),
         ] {
             let err = Options::from_args(&a, &l(listen), 1, binlog, &[]).unwrap_err();
             assert!(err.contains(why), "{err}");

@@ -231,6 +231,11 @@ impl Lease {
         self.timing
     }
 
+    /// The bucket, which holds the nodes' claims too (`claim.rs`).
+    pub(super) fn store(&self) -> &kv::Store {
+        &self.store
+    }
+
     /// Takes the lease if nobody holds it: `None` when someone does. (Not
     /// the crate's `create`: it reads through any replica, and a lagging
     /// one turns a lost race into an error.)

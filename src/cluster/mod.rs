@@ -15,10 +15,13 @@
 //! - `version.rs`: refuse NATS servers too old for these guarantees;
 //! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
 //! - `meta.rs`: who leads, the epoch, the id ceiling;
+//! - `placement.rs`: refuse more copies than NATS has servers;
 //! - `publish.rs`: a group commit as one fenced atomic batch;
 //! - `writer.rs`: the leader's store;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
+//! - `claim.rs`: each node's claim on its id in that bucket, refusing a
+//!   duplicate id and peer TLS on some nodes only;
 //! - `node.rs`: a node's life: follow, claim, lead, stop;
 //! - `relay.rs`: a standby's client connections passed to the leader;
 //! - `peers.rs`: with `--cluster-peer-*`, over mutual TLS to the leader's
@@ -27,6 +30,7 @@
 //! - `bridge.rs`: the embedded Redis bridge, on the leader only.
 
 mod bridge;
+mod claim;
 pub mod config;
 mod follow;
 pub mod lease;
@@ -34,6 +38,7 @@ pub mod link;
 mod meta;
 pub mod node;
 pub mod peers;
+mod placement;
 mod publish;
 pub mod relay;
 mod stream;

@@ -24,10 +24,12 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{watch, Notify};
 
+use super::claim::{self, Claim};
 use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::link;
 use super::meta::Meta;
+use super::placement;
 use super::publish;
 use super::stream::{self, Trouble};
 use super::subjects::Subjects;
@@ -79,19 +81,29 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
     let timing = Timing::new(options.lease_ttl)?;
     // A NATS cluster that is starting (or electing) times requests out:
     // wait for it, as for a database that is not up yet.
+    let (ours, ttl) = (own_claim(options), timing.ttl);
+    // Copies JetStream can never place are refused, not waited for.
+    let replicas = options.replicas;
+    let judge = |t| placement::judge(t, replicas, placement::servers_seen(&client));
     let (stream, lease) = loop {
-        let trouble = match stream::ensure(&js, &subjects, options.replicas).await {
-            Err(Trouble::Refused(why)) => return Err(why),
-            Err(Trouble::Passing(why)) => why,
-            Ok(stream) => match Lease::open(&js, &options.name, timing, options.replicas).await {
-                Ok(lease) => break (stream, lease),
-                Err(Trouble::Refused(why)) => return Err(why),
-                Err(Trouble::Passing(why)) => why,
+        let opened = match stream::ensure(&js, &subjects, replicas).await {
+            Ok(stream) => match Lease::open(&js, &options.name, timing, replicas).await {
+                Ok(lease) => match claim::stake(lease.store(), &options.node, &ours, ttl).await {
+                    Ok(()) => break (stream, lease),
+                    Err(trouble) => judge(trouble),
+                },
+                Err(trouble) => judge(trouble),
             },
+            Err(trouble) => judge(trouble),
         };
-        tracing::warn!("{trouble}; trying again");
+        match opened {
+            Trouble::Refused(why) => return Err(why),
+            Trouble::Passing(why) => tracing::warn!("{why}; trying again"),
+        }
         tokio::time::sleep(SETUP_RETRY).await;
     };
+    let store = lease.store().clone();
+    tokio::spawn(claim::keep(store, options.node.clone(), ours, ttl));
     Ok(Connected {
         client,
         js,
@@ -100,6 +112,14 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
         subjects,
         options: options.clone(),
     })
+}
+
+/// What this node's claim on its id says (`claim.rs`).
+fn own_claim(options: &Options) -> Claim {
+    Claim {
+        addr: options.advertise.clone(),
+        peer_tls: options.peers.is_some(),
+    }
 }
 
 /// Follows, takes over and leads; returns `Ok` once a graceful stop

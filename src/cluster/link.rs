@@ -5,7 +5,7 @@
 //! Why it matters: the stream *is* the job state. Whoever may publish to
 //! `sprout.NAME.>` or call its account's JetStream API can forge, delete
 //! or read every job. So each cluster gets a NATS account of its own (see
-//! the README's "Security"), and a node proves it is that account's user
+//! docs/security.md), and a node proves it is that account's user
 //! with one of: a creds file (`--cluster-creds`: a user JWT and its NKey
 //! seed, as `nsc` writes them), a user and password (`--cluster-user`,
 //! `--cluster-password-file`: never on the command line, where `ps` and

@@ -163,6 +163,11 @@ fn admin_lists_kicks_flushes_and_reports_errors() {
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("127.0.0.1:11380"), "{help}");
     assert!(help.contains("SPROUT_ADMIN_HTTP"), "{help}");
+    let log = server.stderr();
+    assert!(
+        log.contains(&format!("HTTP API and dashboard on http://{addr}")),
+        "said without -V: {log}"
+    );
     let (ok, _, err) = admin("127.0.0.1:1", &["tubes"]);
     assert!(!ok && err.contains("127.0.0.1:1"), "{err}");
 }

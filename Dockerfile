@@ -12,7 +12,8 @@ ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
 COPY . .
-RUN cargo install --locked --path . --root /out
+# The dist profile: release without debug info, stripped (Cargo.toml).
+RUN cargo install --locked --profile dist --path . --root /out
 
 FROM ${RUNTIME_IMAGE}
 RUN useradd --system --user-group --home-dir /var/lib/sprout --shell /usr/sbin/nologin sprout \

@@ -15,10 +15,12 @@ use serde_json::{json, Value};
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     /// The server's --http address: ADDR:PORT, or https://ADDR:PORT for a
-    /// server started with --http-tls.
+    /// server started with --http-tls. Default 127.0.0.1:11380 (the address
+    /// the README's examples give `--http`), or $SPROUT_ADMIN_HTTP.
     #[arg(
         long = "http",
         value_name = "[https://]ADDR:PORT",
+        env = "SPROUT_ADMIN_HTTP",
         default_value = "127.0.0.1:11380"
     )]
     pub http: String,
@@ -61,8 +63,14 @@ pub enum AdminCommand {
         #[arg(long)]
         after: Option<String>,
     },
-    /// One job: its stats and body.
-    Job { id: String },
+    /// One job: its stats and body (control characters and bytes that are
+    /// not UTF-8 escaped, the first 1 KiB; `--raw` for the exact bytes).
+    Job {
+        id: String,
+        /// Print only the body, its exact bytes (for a pipe or a file).
+        #[arg(long)]
+        raw: bool,
+    },
     /// Kick up to N jobs of a tube (buried ones, else delayed ones).
     Kick { tube: String, bound: u32 },
     /// Kick one buried or delayed job.
@@ -106,8 +114,13 @@ pub enum AdminCommand {
 /// Runs `sprout admin …`.
 pub fn run(args: &AdminArgs) -> ExitCode {
     match call(args) {
-        Ok(text) => {
-            print!("{text}");
+        Ok(bytes) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = out.write_all(&bytes).and_then(|()| out.flush()) {
+                eprintln!("sprout admin: stdout: {e}");
+                return ExitCode::FAILURE;
+            }
             ExitCode::SUCCESS
         }
         Err(message) => {
@@ -137,7 +150,14 @@ fn request(command: &AdminCommand) -> Request {
             }
             ("GET", tube_path(tube, &format!("/jobs{query}")), None)
         }
-        AdminCommand::Job { id } => ("GET", format!("/api/jobs/{}", percent::encode(id)), None),
+        AdminCommand::Job { id, raw: false } => {
+            ("GET", format!("/api/jobs/{}", percent::encode(id)), None)
+        }
+        AdminCommand::Job { id, raw: true } => (
+            "GET",
+            format!("/api/jobs/{}/body", percent::encode(id)),
+            None,
+        ),
         AdminCommand::Kick { tube, bound } => (
             "POST",
             tube_path(tube, "/kick"),
@@ -188,7 +208,8 @@ fn request(command: &AdminCommand) -> Request {
     }
 }
 
-fn call(args: &AdminArgs) -> Result<String, String> {
+/// What to print on stdout: a table, JSON, or (`job --raw`) a body's bytes.
+fn call(args: &AdminArgs) -> Result<Vec<u8>, String> {
     let token = match (&args.token, &args.token_file) {
         (Some(token), _) => Some(token.clone()),
         (None, Some(file)) => Some(crate::http::config::read_token(file, "--token-file")?),
@@ -215,6 +236,14 @@ fn call(args: &AdminArgs) -> Result<String, String> {
         .map_err(|e| format!("bad request to {url}: {e}"))?;
     let mut response = agent.run(request).map_err(|e| format!("{url}: {e}"))?;
     let status = response.status();
+    if matches!(args.command, AdminCommand::Job { raw: true, .. }) && status.is_success() {
+        return response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .map_err(|e| format!("{url}: {e}"));
+    }
     let answer: Value = response
         .body_mut()
         .read_json()
@@ -224,9 +253,9 @@ fn call(args: &AdminArgs) -> Result<String, String> {
         return Err(format!("{status}: {error}"));
     }
     if args.json {
-        return Ok(format!("{answer:#}\n"));
+        return Ok(format!("{answer:#}\n").into_bytes());
     }
-    Ok(human(&args.command, &answer))
+    Ok(human(&args.command, &answer).into_bytes())
 }
 
 /// `--http` as a URL base: a bare ADDR:PORT is plain HTTP.
@@ -290,27 +319,34 @@ fn human(command: &AdminCommand, answer: &Value) -> String {
                 ("size", "size"),
                 ("body", "preview"),
             ];
-            let jobs = answer["jobs"].as_array().map_or(&[][..], Vec::as_slice);
-            let mut out = table(&columns, jobs);
+            let jobs: Vec<Value> = answer["jobs"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .map(with_human_ages)
+                .collect();
+            let mut out = table(&columns, &jobs);
             if let Some(next) = answer["next"].as_str() {
                 out.push_str(&format!("next page: --after {next}\n"));
             }
             out
         }
         AdminCommand::Job { .. } => {
-            let mut stats = answer.clone();
-            let body = stats
-                .as_object_mut()
-                .and_then(|o| {
-                    o.remove("body_base64");
-                    o.remove("preview");
-                    o.remove("body_text")
-                })
-                .unwrap_or(Value::Null);
+            let mut stats = with_human_ages(answer);
+            let body = stats.as_object_mut().and_then(|o| {
+                o.remove("body_text");
+                o.remove("preview");
+                o.remove("body_truncated");
+                o.remove("body_base64")
+            });
             let mut out = key_values(&stats);
-            match body.as_str() {
-                Some(text) => out.push_str(&format!("body:\n{text}\n")),
-                None => out.push_str("body: (not UTF-8: see --json, body_base64)\n"),
+            let bytes = body.as_ref().and_then(Value::as_str).and_then(|b64| {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD.decode(b64).ok()
+            });
+            match bytes {
+                Some(bytes) => out.push_str(&format!("body:\n{}\n", escaped(&bytes, SHOWN_BODY))),
+                None => out.push_str("body: too large to show inline: see --raw\n"),
             }
             out
         }
@@ -325,6 +361,72 @@ fn human(command: &AdminCommand, answer: &Value) -> String {
             format!("{}\n", pairs.join(", "))
         }
     }
+}
+
+/// How much of a body `job` shows: a screenful, not a terminal flooded
+/// by a megabyte.
+const SHOWN_BODY: usize = 1024;
+
+/// `body` safe to print on a terminal: its first `cap` bytes, text as it
+/// is (newlines and tabs too) but other control characters escaped, and
+/// bytes that are not UTF-8 as `\xNN`, so a binary body cannot drive the
+/// terminal; what is left out is counted.
+fn escaped(body: &[u8], cap: usize) -> String {
+    let shown = &body[..body.len().min(cap)];
+    let mut out = String::new();
+    for chunk in shown.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\n' | '\t' => out.push(c),
+                c if c.is_control() => out.extend(c.escape_default()),
+                c => out.push(c),
+            }
+        }
+        out.push_str(&chunk.invalid().escape_ascii().to_string());
+    }
+    if body.len() > cap {
+        let more = body.len() - cap;
+        out.push_str(&format!("… ({more} more bytes: --raw for all of them)"));
+    }
+    out
+}
+
+/// A duration for people: `450ms`, `1.2s`, `3m12s`, `2h05m`, `3d04h`;
+/// two units at most, as an age needs no more.
+fn human_duration(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "-".into();
+    }
+    if seconds < 1.0 {
+        return format!("{}ms", (seconds * 1000.0) as u64);
+    }
+    if seconds < 60.0 {
+        return format!("{:.1}s", (seconds * 10.0).floor() / 10.0);
+    }
+    let whole = seconds as u64;
+    let (d, h, m, s) = (
+        whole / 86400,
+        whole / 3600 % 24,
+        whole / 60 % 60,
+        whole % 60,
+    );
+    match (d, h) {
+        (0, 0) => format!("{m}m{s:02}s"),
+        (0, _) => format!("{h}h{m:02}m"),
+        _ => format!("{d}d{h:02}h"),
+    }
+}
+
+/// A job object with its `age` and `time_left` (seconds in the API) in
+/// human units.
+fn with_human_ages(job: &Value) -> Value {
+    let mut job = job.clone();
+    for key in ["age", "time_left"] {
+        if let Some(seconds) = job[key].as_f64() {
+            job[key] = Value::String(human_duration(seconds));
+        }
+    }
+    job
 }
 
 fn plain(v: &Value) -> String {
@@ -435,6 +537,47 @@ mod tests {
                 "{command:?}"
             );
         }
+    }
+
+    #[test]
+    fn durations_read_in_human_units() {
+        // (seconds, shown)
+        let table = [
+            (0.0, "0ms"),
+            (0.45, "450ms"),
+            (0.999_9, "999ms"),
+            (1.0, "1.0s"),
+            (1.26, "1.2s"),
+            (59.99, "59.9s"),
+            (60.0, "1m00s"),
+            (192.4, "3m12s"),
+            (3600.0, "1h00m"),
+            (7_500.0, "2h05m"),
+            (86_400.0 * 3.0 + 4.0 * 3600.0 + 59.0, "3d04h"),
+            (-1.0, "-"),
+            (f64::NAN, "-"),
+        ];
+        for (seconds, shown) in table {
+            assert_eq!(human_duration(seconds), shown, "{seconds}");
+        }
+    }
+
+    #[test]
+    fn bodies_are_escaped_and_capped() {
+        // (body, cap, shown)
+        let table: [(&[u8], usize, &str); 6] = [
+            (b"hello there", 1024, "hello there"),
+            (b"two\nlines\tand a tab", 1024, "two\nlines\tand a tab"),
+            ("h\u{e9}llo".as_bytes(), 1024, "h\u{e9}llo"),
+            (b"\x1b[2Jwiped\r", 1024, "\\u{1b}[2Jwiped\\r"),
+            (b"\xff\x00ok", 1024, "\\xff\\u{0}ok"),
+            (b"abcdef", 3, "abc… (3 more bytes: --raw for all of them)"),
+        ];
+        for (body, cap, shown) in table {
+            assert_eq!(escaped(body, cap), shown, "{body:?}");
+        }
+        // A cap in the middle of a character escapes its first bytes.
+        assert!(escaped("\u{e9}".as_bytes(), 1).starts_with("\\xc3…"));
     }
 
     #[test]

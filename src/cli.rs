@@ -122,8 +122,9 @@ pub struct Args {
     #[arg(short = 'u', long = "user", value_name = "USER")]
     pub user: Option<String>,
 
-    /// More logging on stderr: warnings and errors by default, -V adds
-    /// startup, recovery and each connection's open and close, -VV every
+    /// More logging on stderr: by default warnings, errors and one line
+    /// each for the addresses listened on, recovery and shutdown; -V adds
+    /// the rest of startup and each connection's open and close, -VV every
     /// command (RUST_LOG, if set, overrides both).
     #[arg(short = 'V', long = "verbose", action = ArgAction::Count)]
     pub verbose: u8,

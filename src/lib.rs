@@ -120,6 +120,12 @@
 //!   (`engine/fire.rs`) turns the timer into its delivery in one record.
 
 pub mod admin;
+
+/// The log target of the few lines that say what the server is doing
+/// (where it listens, what it recovered, that it shuts down): shown at
+/// info level even without `-V`, whose default is warnings only, so a
+/// server started by hand is not silent.
+pub const STATUS: &str = "sprout::status";
 mod alarm;
 pub mod auth;
 mod binlog_stats;

@@ -103,7 +103,7 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         Err(e) => return fail("cannot handle signals", e),
     };
     for listener in &listeners {
-        tracing::info!(pid = std::process::id(), "listening on {listener}");
+        tracing::info!(target: sprout::STATUS, pid = std::process::id(), "listening on {listener}");
     }
     let embedded = bridge::config::Config::from_embedded(&args.bridge, args.binlog_dir.as_deref());
     let embedded = match embedded.transpose() {
@@ -280,12 +280,8 @@ async fn peer_listener(
 /// `--auth`, the audit trail at info level unless `RUST_LOG` names it
 /// (`auth/audit.rs`).
 fn init_logging(verbose: u8, format: LogFormat, audit: bool) {
-    let level = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(log_level(verbose)));
     let rust_log = std::env::var("RUST_LOG").ok();
     if let Some(directive) = audit.then(|| log_directive(rust_log.as_deref())).flatten() {
         filter = filter.add_directive(directive.parse().expect("a valid directive"));
@@ -300,6 +296,17 @@ fn init_logging(verbose: u8, format: LogFormat, audit: bool) {
             logger.without_time().with_ansi(false).init()
         }
         LogFormat::Text => logger.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
+}
+
+/// The filter for `-V` given `verbose` times: without it warnings, and
+/// the status lines (listening, recovered, shutting down); `-V` all of
+/// info (connections too), `-VV` debug (every command).
+fn log_level(verbose: u8) -> String {
+    match verbose {
+        0 => format!("warn,{}=info", sprout::STATUS),
+        1 => "info".into(),
+        _ => "debug".into(),
     }
 }
 

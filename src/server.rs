@@ -299,6 +299,7 @@ impl Server {
                 let (store, recovered) = DurableStore::open(&options, binlog, &mut engine)?;
                 engine.reserve_ids_below(recovered.next_id);
                 tracing::info!(
+                    target: crate::STATUS,
                     jobs = recovered.jobs,
                     skipped = recovered.skipped,
                     journal_frames = recovered.replayed,
@@ -619,8 +620,8 @@ pub fn termination() -> io::Result<impl Future<Output = ()>> {
     let mut int = signal(SignalKind::interrupt())?;
     Ok(async move {
         tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!(target: crate::STATUS, "SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!(target: crate::STATUS, "SIGINT: shutting down"),
         }
     })
 }

@@ -169,3 +169,29 @@ fn sigusr1_enters_drain_mode() {
     assert_eq!(c.stat("cmd-put"), "3");
     assert_eq!(c.stat("total-jobs"), "1");
 }
+
+/// Without -V (warnings only) a server still says where it listens, what
+/// it recovered, and that it shuts down, one line each; nothing else.
+#[test]
+fn the_default_log_level_says_what_the_server_is_doing() {
+    if !sprout_only("the_default_log_level_says_what_the_server_is_doing") {
+        return;
+    }
+    let store = common::TempDir::new();
+    let mut server = TestServer::start_with_store(store.path(), &[]);
+    server.connect().put(b"one");
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some());
+    let log = server.stderr();
+    let port = server.port();
+    // (what, count)
+    let table = [
+        (format!("listening on 127.0.0.1:{port}"), 1),
+        (format!("recovered from {}", store.path().display()), 1),
+        ("SIGTERM: shutting down".to_owned(), 1),
+    ];
+    for (what, count) in &table {
+        assert_eq!(log.matches(what.as_str()).count(), *count, "{what}: {log}");
+    }
+    assert_eq!(log.lines().count(), table.len(), "only those: {log}");
+}

@@ -642,3 +642,44 @@ fn damaged_store_refuses_to_start() {
         }
     }
 }
+
+#[test]
+fn a_store_in_use_is_refused_in_one_sentence_naming_the_holder() {
+    if !sprout_only("a_store_in_use_is_refused_in_one_sentence_naming_the_holder") {
+        return;
+    }
+    let scratch = TempDir::new();
+    let store = scratch.path().join("store");
+    let first = TestServer::start_with_store(&store, &[]);
+    let (code, stderr) = run_to_exit(&store, &[]).expect("the second server exits");
+    assert_ne!(code, Some(0), "{stderr}");
+    let sentence = format!(
+        "-b {} is in use by another sprout (pid {})",
+        store.display(),
+        first.pid()
+    );
+    assert!(stderr.contains(&sentence), "{stderr}");
+    assert!(!stderr.contains("Os {"), "no Rust debug text: {stderr}");
+}
+
+#[test]
+fn an_unwritable_store_dir_is_named_not_writable() {
+    if !sprout_only("an_unwritable_store_dir_is_named_not_writable") {
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        eprintln!("skipping: root may write to a mode 0555 directory");
+        return;
+    }
+    let scratch = TempDir::new();
+    let store = scratch.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let (code, stderr) = run_to_exit(&store, &[]).expect("the server exits");
+    assert_ne!(code, Some(0), "{stderr}");
+    let sentence = format!("-b {} is not writable: ", store.display());
+    assert!(stderr.contains(&sentence), "{stderr}");
+    assert!(!stderr.contains("cannot create"), "{stderr}");
+}

@@ -88,6 +88,7 @@ fn admin_lists_kicks_flushes_and_reports_errors() {
     );
     assert!(ok);
     let id: u64 = out.trim().strip_prefix("id ").unwrap().parse().unwrap();
+    let ready_id = id.to_string();
     let (ok, out, _) = admin(&addr, &[&auth[..], &["job", &id.to_string()]].concat());
     assert!(ok);
     assert!(out.contains("body:\nhello there\n"), "{out}");
@@ -97,9 +98,35 @@ fn admin_lists_kicks_flushes_and_reports_errors() {
         "{out}"
     );
 
+    // A body that would drive a terminal is shown escaped, --raw gives
+    // its bytes; ages read in human units.
+    c.line("use bin");
+    let raw_body = b"\x1b[2J\xff\x00end";
+    let id = c.put(raw_body);
+    let (ok, out, err) = admin(&addr, &[&auth[..], &["job", &id.to_string()]].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains("body:\n\\u{1b}[2J\\xff\\u{0}end\n"), "{out}");
+    assert!(!out.contains('\x1b'), "{out}");
+    let age = out.lines().find(|l| l.starts_with("age ")).expect("age");
+    assert!(
+        age.trim_end().ends_with("ms") || age.trim_end().ends_with('s'),
+        "{age}"
+    );
+    assert!(!age.contains("0.0000"), "{age}");
+    let raw = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(["admin", "--token", "t0ken", "job", "--raw", &id.to_string()])
+        .env("SPROUT_ADMIN_HTTP", &addr)
+        .output()
+        .expect("sprout admin runs");
+    assert!(raw.status.success(), "{raw:?}");
+    assert_eq!(
+        raw.stdout, raw_body,
+        "--raw, address from SPROUT_ADMIN_HTTP"
+    );
+
     // Refusals: the API's status and message, and a failing exit.
     // (args, part of stderr)
-    let table: [(&[&str], &str); 4] = [
+    let table: [(&[&str], &str); 7] = [
         (&["tubes"], "401"),
         (
             &["--token", "t0ken", "flush", "mail", "--state", "later"],
@@ -110,12 +137,37 @@ fn admin_lists_kicks_flushes_and_reports_errors() {
             "404 Not Found: no such job",
         ),
         (&["--token", "t0ken", "kick", "nope", "1"], "no such tube"),
+        (
+            &["--token", "t0ken", "flush", "nosuch", "--state", "ready"],
+            "404 Not Found: no such tube",
+        ),
+        (
+            &["--token", "t0ken", "flush", "mail", "--state", "reserved"],
+            "409 Conflict: flush cannot take reserved jobs",
+        ),
+        (
+            &["--token", "t0ken", "kick-job", &ready_id],
+            "409 Conflict: the job is ready: only buried or delayed jobs can be kicked",
+        ),
     ];
     for (args, message) in table {
         let (ok, _, err) = admin(&addr, args);
         assert!(!ok, "{args:?}");
         assert!(err.contains(message), "{args:?}: {err}");
     }
+    let help = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        .args(["admin", "--help"])
+        .env_remove("SPROUT_ADMIN_HTTP")
+        .output()
+        .expect("sprout admin --help runs");
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("127.0.0.1:11380"), "{help}");
+    assert!(help.contains("SPROUT_ADMIN_HTTP"), "{help}");
+    let log = server.stderr();
+    assert!(
+        log.contains(&format!("HTTP API and dashboard on http://{addr}")),
+        "said without -V: {log}"
+    );
     let (ok, _, err) = admin("127.0.0.1:1", &["tubes"]);
     assert!(!ok && err.contains("127.0.0.1:1"), "{err}");
 }

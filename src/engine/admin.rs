@@ -33,7 +33,8 @@ pub enum AdminError {
     NoSuchJob,
     /// The job is reserved: its holder decides.
     Reserved,
-    /// The job is in a state the call does not apply to (kick of a ready job).
+    /// The job is in a state the call does not apply to: only a kick of a
+    /// ready job (the API's message says so).
     WrongState,
     /// Drain mode (SIGUSR1): no new jobs.
     Draining,

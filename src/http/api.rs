@@ -86,6 +86,22 @@ fn job_state(raw: &str) -> Result<JobState, ApiError> {
     })
 }
 
+/// The state a flush or move (`operation`) takes jobs from: never
+/// reserved, as those belong to the workers holding them; the refusal
+/// names the operation, as the engine's own only knows of "the job".
+fn batch_state(operation: &str, raw: &str) -> Result<JobState, ApiError> {
+    match job_state(raw)? {
+        JobState::Reserved => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "{operation} cannot take reserved jobs: the workers holding them decide \
+                 ({operation} ready, delayed or buried ones)"
+            ),
+        )),
+        state => Ok(state),
+    }
+}
+
 fn parse_cursor(raw: &str) -> Result<Cursor, ApiError> {
     let bad = || ApiError::bad_request(format!("bad cursor {raw:?}"));
     let (a, b) = raw.split_once('.').ok_or_else(bad)?;
@@ -338,8 +354,12 @@ async fn flush(
     Json(flush): Json<Flush>,
 ) -> Reply {
     let name = tube_name(&raw)?;
-    let state = job_state(&flush.state)?;
+    let state = batch_state("flush", &flush.state)?;
     let shared = app.server()?;
+    let exists = app.read(|engine, now| engine.tube_figures_of(&name, now).is_some())?;
+    if !exists {
+        return Err(ApiError::not_found("no such tube"));
+    }
     let done = batch::run(shared, None, |engine, n, now| {
         engine.flush(&name, state, n, now)
     })
@@ -374,7 +394,7 @@ async fn move_jobs(
         let message = format!("forbidden: this needs admin on tube {to}");
         return Err(ApiError::new(StatusCode::FORBIDDEN, message));
     }
-    let state = job_state(&request.state)?;
+    let state = batch_state("move", &request.state)?;
     let shared = app.server()?;
     let exists = app.read(|engine, now| engine.tube_figures_of(&from, now).is_some())?;
     if !exists {
@@ -465,4 +485,40 @@ async fn put(State(app): State<Arc<App>>, Path(raw): Path<String>, Json(put): Js
         return Err(ApiError::unstored());
     }
     Ok((StatusCode::CREATED, axum::Json(json!({ "id": id }))).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_and_move_refuse_reserved_jobs_by_name() {
+        // (operation, state, status or None for accepted, part of the message)
+        let table = [
+            ("flush", "buried", None, ""),
+            ("move", "ready", None, ""),
+            (
+                "flush",
+                "reserved",
+                Some(409),
+                "flush cannot take reserved jobs",
+            ),
+            (
+                "move",
+                "reserved",
+                Some(409),
+                "move cannot take reserved jobs",
+            ),
+            ("flush", "later", Some(400), "bad state"),
+        ];
+        for (operation, state, status, message) in table {
+            match batch_state(operation, state) {
+                Ok(_) => assert_eq!(status, None, "{operation} {state}"),
+                Err(e) => {
+                    assert_eq!(Some(e.status.as_u16()), status, "{operation} {state}");
+                    assert!(e.message.contains(message), "{}", e.message);
+                }
+            }
+        }
+    }
 }

@@ -52,7 +52,7 @@ impl From<AdminError> for ApiError {
             ),
             AdminError::WrongState => (
                 StatusCode::CONFLICT,
-                "the job is not in a state this applies to",
+                "the job is ready: only buried or delayed jobs can be kicked",
             ),
             AdminError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining: no new jobs"),
             AdminError::OutOfMemory => (

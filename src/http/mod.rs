@@ -81,6 +81,8 @@ impl Port {
     ) -> io::Result<Port> {
         let listener = TcpListener::bind((options.host.as_str(), options.port)).await?;
         let addr = listener.local_addr()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        tracing::info!(target: crate::STATUS, "HTTP API and dashboard on {scheme}://{addr}");
         let mut app = App::new(options.token.clone(), options.token_metrics);
         app.auth = options.auth;
         app.tls = tls.is_some();

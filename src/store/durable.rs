@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -76,8 +76,9 @@ impl DurableStore {
         let dir = &options.dir;
         let file_size = options.file_size.clamp(MIN_FILE_SIZE, MAX_FILE_SIZE);
         let new = !dir.join("conf").exists();
+        let existed = dir.is_dir();
         std::fs::create_dir_all(segment::dir(dir))
-            .map_err(|e| other(format!("cannot create {}: {e}", dir.display())))?;
+            .map_err(|e| other(create_failure(dir, existed, &e)))?;
         let ballast = Ballast::prepare(dir)?;
         let db = open_sled(options)?;
         if new {
@@ -195,16 +196,70 @@ fn open_sled(options: &Options) -> io::Result<::sled::Db> {
         .flush_every_ms(None)
         .open()
         .map_err(|e| {
-            let hint = if locked(&e) {
-                "is another sprout using this directory?"
-            } else {
-                "if it is damaged, move it aside; sled cannot open it even to salvage"
-            };
+            let dir = &options.dir;
+            if locked(&e) {
+                return other(in_use(dir, lock_holder(dir)));
+            }
             other(format!(
-                "cannot open the store in {}: {e} ({hint})",
-                options.dir.display()
+                "cannot open the store in {}: {e} (if it is damaged, move it aside; \
+                 sled cannot open it even to salvage)",
+                dir.display()
             ))
         })
+}
+
+/// Why the store's directories could not be made. A `-b` directory that
+/// exists but refuses is not writable (by this user, or it is on a
+/// read-only filesystem): "cannot create" would send people looking for a
+/// missing directory.
+fn create_failure(dir: &Path, existed: bool, e: &io::Error) -> String {
+    let refused = matches!(
+        e.kind(),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+    );
+    match (existed, refused) {
+        (true, true) => format!("-b {} is not writable: {e}", dir.display()),
+        _ => format!("cannot create {}: {e}", dir.display()),
+    }
+}
+
+/// The sentence for a store another process holds (sled's lock on
+/// `dir/db`), with that process's pid when the kernel says.
+fn in_use(dir: &Path, holder: Option<u32>) -> String {
+    let pid = holder.map_or_else(String::new, |pid| format!(" (pid {pid})"));
+    format!(
+        "-b {} is in use by another sprout{pid}: one server per store; stop it \
+         or give this one another -b",
+        dir.display()
+    )
+}
+
+/// The pid holding a lock on sled's lock file `dir/db`, from /proc/locks.
+fn lock_holder(dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir.join("db")).ok()?;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let dev = meta.dev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    holder_in(&locks, major, minor, meta.ino())
+}
+
+/// The pid of the first lock in `locks` (the text of /proc/locks: `1:
+/// FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`, device numbers in hex)
+/// on the file (`major`:`minor`, `inode`).
+fn holder_in(locks: &str, major: u64, minor: u64, inode: u64) -> Option<u32> {
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // A blocked waiter's line has "->" after the number.
+        let at = if fields.get(1) == Some(&"->") { 2 } else { 1 };
+        let pid = fields.get(at + 3)?.parse().ok()?;
+        let mut file = fields.get(at + 4)?.split(':');
+        let mut hex = || u64::from_str_radix(file.next()?, 16).ok();
+        let (ma, mi) = (hex()?, hex()?);
+        let ino: u64 = file.next()?.parse().ok()?;
+        (ma == major && mi == minor && ino == inode && at == 1).then_some(pid)
+    })
 }
 
 /// Whether sled could not open because its directory is locked (it says

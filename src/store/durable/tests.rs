@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use sprout_protocol::TubeName;
 
-use super::{DurableStore, Options, Recovered};
+use std::path::Path;
+
+use super::{create_failure, holder_in, in_use, DurableStore, Options, Recovered};
 use crate::binlog_stats::BinlogStats;
 use crate::engine::{JobImage, Record, Stored};
 use crate::store::log::SLACK;
@@ -89,7 +91,7 @@ fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered,
                 assert_eq!(recovered.jobs, jobs.len());
                 return (store, recovered, jobs);
             }
-            Err(e) if e.to_string().contains("acquire lock") => {
+            Err(e) if e.to_string().contains("in use by another sprout") => {
                 std::thread::sleep(Duration::from_millis(50))
             }
             Err(e) => panic!("open the store: {e}"),
@@ -210,4 +212,58 @@ fn a_job_put_and_deleted_within_one_window_never_reaches_sled() {
     // image and its tombstone are in sled too.
     let apart = stored_after(Duration::from_millis(300));
     assert!(windowed < apart, "{windowed} vs {apart} bytes");
+}
+
+#[test]
+fn startup_failures_read_as_sentences() {
+    use std::io::{Error, ErrorKind};
+    let dir = Path::new("/srv/jobs");
+    // (existed, error kind, message start)
+    let table = [
+        (
+            true,
+            ErrorKind::PermissionDenied,
+            "-b /srv/jobs is not writable: ",
+        ),
+        (
+            true,
+            ErrorKind::ReadOnlyFilesystem,
+            "-b /srv/jobs is not writable: ",
+        ),
+        (
+            false,
+            ErrorKind::PermissionDenied,
+            "cannot create /srv/jobs: ",
+        ),
+        (true, ErrorKind::StorageFull, "cannot create /srv/jobs: "),
+    ];
+    for (existed, kind, start) in table {
+        let message = create_failure(dir, existed, &Error::from(kind));
+        assert!(message.starts_with(start), "{existed} {kind:?}: {message}");
+    }
+    assert!(
+        in_use(dir, Some(42)).starts_with("-b /srv/jobs is in use by another sprout (pid 42): ")
+    );
+    assert!(in_use(dir, None).starts_with("-b /srv/jobs is in use by another sprout: "));
+}
+
+#[test]
+fn lock_holders_are_read_from_proc_locks() {
+    let locks = "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF\n\
+                 1: -> FLOCK  ADVISORY  WRITE 7 fd:02:99 0 EOF\n\
+                 2: POSIX  ADVISORY  WRITE 77 fd:02:99 0 EOF\n";
+    // (major, minor, inode, holder)
+    let table = [
+        (8, 1, 1234, Some(4242)),
+        (0xfd, 2, 99, Some(77)),
+        (8, 1, 99, None),
+        (8, 2, 1234, None),
+    ];
+    for (major, minor, inode, holder) in table {
+        assert_eq!(
+            holder_in(locks, major, minor, inode),
+            holder,
+            "{major}:{minor}:{inode}"
+        );
+    }
 }

@@ -863,12 +863,16 @@ fn the_audit_trail() {
         ]
     );
     assert_eq!(events[4]["fields"]["needs"], "produce on jobs.a");
-    // No token, wrong or right, and (without -V) nothing but the trail.
+    // No token, wrong or right, and (without -V) nothing but the trail
+    // and the status lines (where it listens).
     assert!(
         !log.contains("xyzzy") && !log.contains(&token("admin")),
         "{log}"
     );
-    assert_eq!(log.lines().count(), events.len(), "{log}");
+    let status = log
+        .lines()
+        .filter(|l| l.contains(r#""target":"sprout::status""#));
+    assert_eq!(log.lines().count(), events.len() + status.count(), "{log}");
 }
 
 #[test]

@@ -187,25 +187,31 @@ impl DurableStore {
     }
 }
 
-/// Opens sled in `options.dir`.
-fn open_sled(options: &Options) -> io::Result<::sled::Db> {
+/// Opens sled in `options.dir`, as sled says.
+fn sled_config(options: &Options) -> ::sled::Result<::sled::Db> {
     ::sled::Config::new()
         .path(&options.dir)
         .cache_capacity(options.cache_bytes)
         // sled writes only when the absorber says so.
         .flush_every_ms(None)
         .open()
-        .map_err(|e| {
-            let dir = &options.dir;
-            if locked(&e) {
-                return other(in_use(dir, lock_holder(dir)));
-            }
-            other(format!(
-                "cannot open the store in {}: {e} (if it is damaged, move it aside; \
-                 sled cannot open it even to salvage)",
-                dir.display()
-            ))
-        })
+}
+
+/// Opens sled in `options.dir`; a failure in one sentence.
+fn open_sled(options: &Options) -> io::Result<::sled::Db> {
+    sled_config(options).map_err(|e| open_failure(&e, &options.dir))
+}
+
+/// Why sled could not open `dir`, in one sentence.
+fn open_failure(e: &::sled::Error, dir: &Path) -> io::Error {
+    if locked(e) {
+        return other(in_use(dir, lock_holder(dir)));
+    }
+    other(format!(
+        "cannot open the store in {}: {e} (if it is damaged, move it aside; \
+         sled cannot open it even to salvage)",
+        dir.display()
+    ))
 }
 
 /// Why the store's directories could not be made. A `-b` directory that
@@ -277,11 +283,11 @@ fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
     // after its last handle is dropped (seen in tests/crash.rs).
     let deadline = std::time::Instant::now() + CLOSE_TIMEOUT;
     loop {
-        match open_sled(options) {
+        match sled_config(options) {
             Err(e) if locked(&e) && std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(1))
             }
-            opened => return opened,
+            opened => return opened.map_err(|e| open_failure(&e, &options.dir)),
         }
     }
 }

@@ -67,17 +67,27 @@ async fn r3_stream_keeps_acked_messages_through_leader_kill9() {
     );
 
     let js = jetstream::new(client);
-    let created = js
-        .create_stream(stream::Config {
-            name: "H".into(),
-            subjects: vec!["h.>".into()],
-            num_replicas: 3,
-            storage: stream::StorageType::File,
-            allow_atomic_publish: true,
-            ..Default::default()
-        })
-        .await
-        .expect("create stream");
+    let config = stream::Config {
+        name: "H".into(),
+        subjects: vec!["h.>".into()],
+        num_replicas: 3,
+        storage: stream::StorageType::File,
+        allow_atomic_publish: true,
+        ..Default::default()
+    };
+    // A JetStream API request can time out while the meta group settles
+    // on a loaded machine, after /healthz passed: retry for a while.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let created = loop {
+        match js.create_stream(config.clone()).await {
+            Ok(created) => break created,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("create stream: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("create stream: {e}"),
+        }
+    };
     // An older server would drop the field it does not know.
     assert!(
         created.cached_info().config.allow_atomic_publish,

@@ -48,6 +48,7 @@ note "built $deb ($(du -h "$deb" | cut -f1))"
 
 contents=$(dpkg-deb --contents "$deb")
 for path in ./usr/bin/sprout ./etc/default/sprout ./usr/share/doc/sprout/README.md \
+    ./usr/share/doc/sprout/docs/security.md ./usr/share/doc/sprout/docs/dashboard.png \
     ./usr/lib/systemd/system/sprout.service ./usr/lib/systemd/system/sprout.socket; do
     grep -q " $path\$" <<<"$contents" || fail "$path is not in the package"
 done

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::absorb::{Absorb, Absorber};
@@ -75,33 +76,8 @@ impl DurableStore {
     ) -> io::Result<(DurableStore, Recovered)> {
         let dir = &options.dir;
         let file_size = options.file_size.clamp(MIN_FILE_SIZE, MAX_FILE_SIZE);
-        let new = !dir.join("conf").exists();
-        let existed = dir.is_dir();
-        std::fs::create_dir_all(segment::dir(dir))
-            .map_err(|e| other(create_failure(dir, existed, &e)))?;
-        let ballast = Ballast::prepare(dir)?;
-        let db = open_sled(options)?;
-        if new {
-            // sled wrote its `conf` and the directories are new: all of it
-            // durable before the first reply, like everything else.
-            File::open(dir.join("conf"))?.sync_all()?;
-            segment::sync_dir(dir)?;
-            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-                segment::sync_dir(parent)?;
-            }
-        }
-        let mut whole = Marker::read(dir)?;
-        if new {
-            whole.make()?;
-        }
-        let opened = recover::recover(&db, dir, options.salvage, whole.present(), file_size, into)
-            .map_err(|e| {
-                other(format!(
-                    "the store in {} is damaged: {e}; refusing to start so no job is \
-                 silently dropped (start with --salvage to keep what can be read)",
-                    dir.display()
-                ))
-            })?;
+        let (db, ballast, mut whole) = prepare(options)?;
+        let opened = read_back(&db, options, whole.present(), file_size, into)?;
         // sled keeps every node recovery's scan read (see `reopen_sled`).
         let db = reopen_sled(db, options)?;
         // The nodes freed are ~4 KiB chunks each, below glibc's mmap
@@ -146,20 +122,7 @@ impl DurableStore {
         // The room the first puts need, before they come.
         let mut allocator = Allocator::new(journal.clone(), ballast);
         allocator.look();
-        // The ceiling goes ahead of the ids to come before the first of
-        // them (see `ids.rs`). On a full disk that may not fit: puts are
-        // refused then anyway.
-        let ahead = journal
-            .write_ceiling(next_id + ids::BLOCK)
-            .and_then(|()| journal.sync());
-        match ahead {
-            Ok((written, ids_below)) => progress.send_modify(|p| {
-                p.written = written;
-                p.synced = written;
-                p.ids_below = ids_below;
-            }),
-            Err(e) => tracing::warn!("cannot write the id ceiling yet: {e}"),
-        }
+        write_ceiling_ahead(&journal, &progress, next_id);
         let absorber = Absorber {
             file: File::open(dir.join("db"))?,
             db,
@@ -173,18 +136,81 @@ impl DurableStore {
             whole,
             low_disk: false,
         };
-        std::thread::Builder::new()
-            .name("sprout-store".into())
-            .spawn(move || absorber.run(absorb_rx))?;
-        std::thread::Builder::new()
-            .name("sprout-alloc".into())
-            .spawn(move || allocator.run(calls))?;
+        spawn("sprout-store", move || absorber.run(absorb_rx))?;
+        spawn("sprout-alloc", move || allocator.run(calls))?;
         let keeper = Keeper::new(journal.clone(), absorb_tx, wake);
-        std::thread::Builder::new()
-            .name("sprout-journal".into())
-            .spawn(move || keeper.run())?;
+        spawn("sprout-journal", move || keeper.run())?;
         Ok((DurableStore { journal }, opened.recovered))
     }
+}
+
+/// Makes the directories, opens sled and reads the marker of a whole
+/// sled; a new store's files are durable before the first reply, like
+/// everything else.
+fn prepare(options: &Options) -> io::Result<(::sled::Db, Ballast, Marker)> {
+    let dir = &options.dir;
+    let new = !dir.join("conf").exists();
+    let existed = dir.is_dir();
+    std::fs::create_dir_all(segment::dir(dir))
+        .map_err(|e| other(create_failure(dir, existed, &e)))?;
+    let ballast = Ballast::prepare(dir)?;
+    let db = open_sled(options)?;
+    if new {
+        File::open(dir.join("conf"))?.sync_all()?;
+        segment::sync_dir(dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            segment::sync_dir(parent)?;
+        }
+    }
+    let mut whole = Marker::read(dir)?;
+    if new {
+        whole.make()?;
+    }
+    Ok((db, ballast, whole))
+}
+
+/// Recovery, with a damaged store named as such (see `recover.rs`).
+fn read_back(
+    db: &::sled::Db,
+    options: &Options,
+    whole: bool,
+    file_size: u64,
+    into: &mut dyn Restore,
+) -> io::Result<recover::Opened> {
+    recover::recover(db, &options.dir, options.salvage, whole, file_size, into).map_err(|e| {
+        other(format!(
+            "the store in {} is damaged: {e}; refusing to start so no job is \
+             silently dropped (start with --salvage to keep what can be read)",
+            options.dir.display()
+        ))
+    })
+}
+
+/// The ceiling goes ahead of the ids to come before the first of them
+/// (see `ids.rs`). On a full disk that may not fit: puts are refused then
+/// anyway.
+fn write_ceiling_ahead(journal: &Journal, progress: &watch::Sender<Progress>, next_id: JobId) {
+    let ahead = journal
+        .write_ceiling(next_id + ids::BLOCK)
+        .and_then(|()| journal.sync());
+    match ahead {
+        Ok((written, ids_below)) => progress.send_modify(|p| {
+            p.written = written;
+            p.synced = written;
+            p.ids_below = ids_below;
+        }),
+        Err(e) => tracing::warn!("cannot write the id ceiling yet: {e}"),
+    }
+}
+
+fn spawn<T: Send + 'static>(
+    name: &str,
+    run: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(run)
+        .map(drop)
 }
 
 /// Opens sled in `options.dir`, as sled says.

@@ -11,6 +11,7 @@
 use sprout_protocol::{TagName, Tags, TubeName};
 
 use super::corrupt::Corrupt;
+use super::reader::Reader;
 use crate::engine::Extras;
 
 /// The state byte's flag for a record with extras.
@@ -60,58 +61,40 @@ pub fn encode(extras: &Extras, out: &mut Vec<u8>) {
 
 /// Reads what [`encode`] wrote from the front of `bytes`; returns the rest.
 pub fn decode(bytes: &[u8]) -> Result<(Extras, &[u8]), Corrupt> {
-    let mut r = Reader(bytes);
-    let flags = r.take(1)?[0];
+    let mut r = Reader::new(bytes, "truncated tags");
+    let flags = r.u8()?;
     if flags & !(IDP | GRP | AFT | CON | COOLING) != 0 {
         return Err(Corrupt("unknown tags"));
     }
     let mut tags = Tags::default();
     if flags & IDP != 0 {
-        tags.idp = Some((r.name()?, r.u32()?));
+        tags.idp = Some((name(&mut r)?, r.u32()?));
     }
     if flags & GRP != 0 {
-        tags.grp = Some(r.name()?);
+        tags.grp = Some(name(&mut r)?);
     }
     if flags & AFT != 0 {
-        tags.aft = Some(r.name()?);
+        tags.aft = Some(name(&mut r)?);
     }
     if flags & CON != 0 {
-        tags.con = Some((r.name()?, r.u32()?));
+        tags.con = Some((name(&mut r)?, r.u32()?));
     }
     let cooling_until = match flags & COOLING {
         0 => None,
-        _ => Some(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes"))),
+        _ => Some(r.u64()?),
     };
     let extras = Extras {
         tags,
         cooling_until,
     };
-    Ok((extras, r.0))
+    Ok((extras, r.rest))
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        if self.0.len() < n {
-            return Err(Corrupt("truncated tags"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn u32(&mut self) -> Result<u32, Corrupt> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    fn name(&mut self) -> Result<TagName, Corrupt> {
-        let len = usize::from(self.take(1)?[0]);
-        let name = TubeName::new(self.take(len)?).ok_or(Corrupt("an invalid tag name"))?;
-        Ok(name.as_str().into())
-    }
+/// A tag's name: its length, then its bytes.
+fn name(r: &mut Reader) -> Result<TagName, Corrupt> {
+    let len = usize::from(r.u8()?);
+    let name = TubeName::new(r.take(len)?).ok_or(Corrupt("an invalid tag name"))?;
+    Ok(name.as_str().into())
 }
 
 #[cfg(test)]

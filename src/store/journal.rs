@@ -40,6 +40,8 @@
 //! INTERNAL_ERROR) until sprout is restarted; everything acknowledged before
 //! is in DIR.
 
+mod space;
+
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
@@ -55,9 +57,9 @@ use tokio::sync::watch;
 
 use super::absorb::Absorb;
 use super::bells::{Bell, Wake};
-use super::{ballast, frame, ids, room, segment, Policy, Progress, Seq};
+use super::{frame, ids, room, segment, Policy, Progress, Seq};
 use crate::binlog_stats::BinlogStats;
-use crate::engine::{Record, Room};
+use crate::engine::Record;
 
 /// A journal file in use.
 pub struct Segment {
@@ -239,97 +241,6 @@ impl Journal {
             bytes,
         });
         seq
-    }
-
-    /// What the engine may still record (see `room.rs`).
-    pub fn room(&self) -> Room {
-        let bytes = room::room(
-            self.capacity.load(Ordering::Relaxed),
-            self.pending_bytes.load(Ordering::Relaxed),
-            self.live.load(Ordering::Relaxed),
-        );
-        Room {
-            bytes,
-            spare: self.allocatable.load(Ordering::Relaxed),
-            kept: self.kept,
-        }
-    }
-
-    /// How much of the free disk the journal may take: all but what sled
-    /// needs to take the journal in (twice its files, and a margin), so the
-    /// journal never wedges the store by filling the disk itself.
-    pub fn measure_disk(&self) -> io::Result<i64> {
-        let free = ballast::free_space(&self.dir)? as i64;
-        let files = self.stats.current_index.load(Ordering::Relaxed) + 1
-            - self
-                .stats
-                .oldest_index
-                .load(Ordering::Relaxed)
-                .min(self.stats.current_index.load(Ordering::Relaxed));
-        let headroom = room::headroom(files, self.file_size);
-        let allocatable = (free - headroom).max(0);
-        self.allocatable.store(allocatable, Ordering::Relaxed);
-        Ok(allocatable)
-    }
-
-    /// Makes one journal file of at least `size` bytes now, if the disk
-    /// has room for it beyond sled's.
-    fn allocate(&self, size: u64) -> io::Result<Segment> {
-        let size = self.file_size.max(size);
-        if self.measure_disk()? < size as i64 {
-            return Err(io::Error::other(
-                "no room on the disk for another journal file",
-            ));
-        }
-        let number = self.take_number();
-        let file = segment::create(&self.dir, number, size)?;
-        Ok(Segment {
-            number,
-            file: Arc::new(file),
-            size,
-            offset: segment::MAGIC.len() as u64,
-        })
-    }
-
-    /// The capacity the keeper should allocate towards, and what there is.
-    pub fn capacity(&self) -> (i64, i64) {
-        let wanted = room::wanted(
-            self.pending_bytes.load(Ordering::Relaxed),
-            self.live.load(Ordering::Relaxed),
-            self.kept,
-            self.file_size,
-        );
-        (wanted, self.capacity.load(Ordering::Relaxed))
-    }
-
-    pub fn current_file(&self) -> u32 {
-        self.current.load(Ordering::Relaxed)
-    }
-
-    /// Allocates a spare journal file, if the disk has room for it.
-    pub fn allocate_spare(&self) -> io::Result<()> {
-        let spare = self.allocate(self.file_size)?;
-        self.add_spare(spare);
-        Ok(())
-    }
-
-    /// A number for a new journal file.
-    fn take_number(&self) -> u64 {
-        self.next_number.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Hands a new spare file to the writer.
-    fn add_spare(&self, spare: Segment) {
-        let usable = spare.usable();
-        lock(&self.writer).spares.push_back(spare);
-        self.capacity.fetch_add(usable, Ordering::Relaxed);
-    }
-
-    /// Takes back a spare file the room no longer needs, if there is one.
-    pub fn take_spare(&self) -> Option<Segment> {
-        let spare = lock(&self.writer).spares.pop_back()?;
-        self.capacity.fetch_sub(spare.usable(), Ordering::Relaxed);
-        Some(spare)
     }
 
     /// Writes whatever is queued, unless someone else is writing (then

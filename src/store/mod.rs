@@ -10,16 +10,19 @@
 //! disk holds. How the durable store does that is `journal.rs`; the rest of
 //! this directory:
 //!
-//! - `journal.rs`: the append path, group commit, the room figures;
+//! - `journal.rs`: the append path and group commit; `journal/space.rs`:
+//!   the room figures and the files made ahead;
 //! - `keeper.rs`: the journal's syncs; `allocator.rs`: its files, allocated
 //!   ahead; `bells.rs`: how the journal reaches both;
-//! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job;
+//! - `frame.rs`, `entry.rs`, `record.rs`: the bytes of a frame, an entry, a job
+//!   (`reader.rs` reads their fields);
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
 //! - `absorb.rs`: sled takes the journal in; `pack.rs`: records into pages;
 //!   `page.rs`, `log.rs`, `places.rs`, `slots.rs`, `blobs.rs`: how jobs are
 //!   kept in sled, and kept bounded;
-//! - `recover.rs`: sled, then the journal's tail, back at startup;
+//! - `recover.rs`: sled, then the journal's tail, back at startup (its
+//!   `files.rs` reads and readies the journal, `over.rs` lays it over sled);
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `durable.rs`: opens all of it and wires the threads.
@@ -53,6 +56,7 @@ mod log;
 mod pack;
 mod page;
 mod places;
+mod reader;
 mod record;
 mod recover;
 mod room;

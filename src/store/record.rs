@@ -21,6 +21,7 @@ use sprout_protocol::{JobId, TubeName};
 
 use super::corrupt::Corrupt;
 use super::extras;
+use super::reader::Reader;
 use crate::engine::{JobImage, Stored};
 
 pub const NEXT_ID_KEY: &[u8] = b"n";
@@ -142,7 +143,7 @@ fn decode_fields(
     tube: impl FnOnce(&[u8]) -> Result<TubeName, Corrupt>,
     rest: impl FnOnce(&[u8]) -> Result<Bytes, Corrupt>,
 ) -> Result<JobImage, Corrupt> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value, "a truncated job record");
     if r.u8()? != tag {
         return Err(Corrupt("an unknown record version"));
     }
@@ -167,12 +168,12 @@ fn decode_fields(
     let ext = match tagged {
         false => None,
         true => {
-            let (ext, rest) = extras::decode(r.0)?;
-            r.0 = rest;
+            let (ext, rest) = extras::decode(r.rest)?;
+            r.rest = rest;
             Some(Box::new(ext))
         }
     };
-    let body = rest(r.0)?;
+    let body = rest(r.rest)?;
     Ok(JobImage {
         id,
         tube,
@@ -193,41 +194,12 @@ fn decode_fields(
 
 /// Reads the `n` or `c` value.
 pub fn decode_u64(value: &[u8]) -> Result<u64, Corrupt> {
-    let mut r = Reader(value);
+    let mut r = Reader::new(value, "a truncated job record");
     let n = r.u64()?;
-    if !r.0.is_empty() {
+    if !r.rest.is_empty() {
         return Err(Corrupt("trailing bytes after a counter"));
     }
     Ok(n)
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        if self.0.len() < n {
-            return Err(Corrupt("a truncated job record"));
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-
-    fn u8(&mut self) -> Result<u8, Corrupt> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, Corrupt> {
-        Ok(u32::from_le_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
-    }
-
-    fn u64(&mut self) -> Result<u64, Corrupt> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
-    }
 }
 
 #[cfg(test)]

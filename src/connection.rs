@@ -463,3 +463,33 @@ fn approximate_len(response: &Response) -> usize {
         _ => 16,
     }
 }
+
+/// Opens in-process connections to a server: each one a `tokio::io::duplex`
+/// pipe served by `connection::serve` exactly like an accepted socket,
+/// with the same durability guarantees (the embedded Redis bridge uses it).
+#[derive(Clone)]
+pub struct LocalConnector {
+    shared: Arc<Shared>,
+    max_job_size: u32,
+}
+
+impl LocalConnector {
+    pub fn new(shared: Arc<Shared>, max_job_size: u32) -> Self {
+        LocalConnector {
+            shared,
+            max_job_size,
+        }
+    }
+
+    pub fn connect(&self) -> tokio::io::DuplexStream {
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(serve(
+            theirs,
+            Peer::local(),
+            self.shared.clone(),
+            self.max_job_size,
+            None,
+        ));
+        ours
+    }
+}

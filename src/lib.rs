@@ -58,7 +58,7 @@
 //!    connection and spawns `connection::serve` for it in its own task (on
 //!    a TLS listener, after the handshake in that task, [`tls`]; the
 //!    embedded bridge gets the same through an in-process pipe,
-//!    [`server::LocalConnector`]).
+//!    [`connection::LocalConnector`]).
 //! 2. **Connection**: `connection.rs` reads into a buffer and decodes every
 //!    complete request (`sprout_protocol::codec::ServerCodec`); a request
 //!    the parser refuses is already its beanstalkd error, which

@@ -38,7 +38,7 @@ use crate::auth::{Gate, Policy};
 use crate::binlog_stats::BinlogStats;
 use crate::cli::Args;
 use crate::cluster;
-use crate::connection;
+use crate::connection::{self, LocalConnector};
 use crate::engine::{Clock, Engine, EngineConfig, JobImage};
 use crate::http;
 use crate::peer::Peer;
@@ -568,29 +568,6 @@ fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> EngineConfig {
     }
 }
 
-/// Opens in-process connections to a server: each one a `tokio::io::duplex`
-/// pipe served by `connection::serve` exactly like an accepted socket,
-/// with the same durability guarantees (the embedded Redis bridge uses it).
-#[derive(Clone)]
-pub struct LocalConnector {
-    shared: Arc<Shared>,
-    max_job_size: u32,
-}
-
-impl LocalConnector {
-    pub fn connect(&self) -> tokio::io::DuplexStream {
-        let (ours, theirs) = tokio::io::duplex(64 * 1024);
-        tokio::spawn(connection::serve(
-            theirs,
-            Peer::local(),
-            self.shared.clone(),
-            self.max_job_size,
-            None,
-        ));
-        ours
-    }
-}
-
 impl Server {
     /// Its cluster side, in cluster mode.
     pub fn cluster(&self) -> Option<&cluster::Side> {
@@ -599,10 +576,7 @@ impl Server {
 
     /// A connector for in-process clients of this server.
     pub fn local_connector(&self) -> LocalConnector {
-        LocalConnector {
-            shared: self.shared.clone(),
-            max_job_size: self.max_job_size,
-        }
+        LocalConnector::new(self.shared.clone(), self.max_job_size)
     }
 }
 

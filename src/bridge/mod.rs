@@ -19,7 +19,7 @@
 //!   (the small durable index, a map in memory logged under
 //!   `--state-dir`: key → (expiry, current timer id)); `sprout bridge`'s
 //!   own process tunes glibc's allocator ([`crate::malloc`]).
-//! * Adapters: `redis_side` and [`server_side`], the two connections and
+//! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`), the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do; [`remote`], TLS and a token for a secured server); `failure`
 //!   (why a step failed, and the retry); `sentinel` (where
@@ -107,6 +107,7 @@ mod body;
 mod clock;
 mod cluster;
 pub mod config;
+mod conn;
 mod decide;
 mod events;
 mod failure;

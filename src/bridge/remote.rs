@@ -19,7 +19,7 @@ use sprout_protocol::{Command, Response, Token};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::server_side::ServerConn;
+use super::conn::ServerConn;
 use crate::client::{self, Client};
 
 /// The flags of the link to the server.

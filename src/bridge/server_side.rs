@@ -12,18 +12,12 @@
 use std::time::Duration;
 
 use sprout_protocol::{Command, Response};
-use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::conn::ServerConn;
 use super::remote::Remote;
 use super::triggers::Triggers;
 use crate::client::{self, Client};
-use crate::server::LocalConnector;
-
-/// A byte stream to the server, whatever its kind.
-pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
-
-pub type ServerConn = Client<Box<dyn Stream>>;
+use crate::connection::LocalConnector;
 
 /// How the bridge reaches the server.
 #[derive(Clone)]

@@ -23,8 +23,9 @@ use crate::auth::Action;
 use crate::engine::{Cursor, JobInfo, State as JobState, TubeFigures};
 
 use super::app::App;
-use super::auth::{self, Caller};
+use super::auth;
 use super::batch;
+use super::caller::Caller;
 use super::error::ApiError;
 use super::extract::{Json, Query};
 use super::figures;

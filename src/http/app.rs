@@ -12,7 +12,7 @@ use crate::engine::{AdminError, Engine};
 use crate::shared::{Shared, Submission};
 use crate::store;
 
-use super::auth::Caller;
+use super::caller::Caller;
 use super::error::ApiError;
 use super::history::History;
 use super::session::Sessions;

@@ -33,45 +33,12 @@ use serde::Deserialize;
 
 use super::access::{self, Scope};
 use super::app::App;
+use super::caller::Caller;
 use super::client_addr::ClientAddr;
 use super::error::ApiError;
 use super::session::SessionId;
-use crate::auth::{audit, Action, Gate, PrincipalId};
+use crate::auth::{audit, Action, Gate};
 use crate::peer::Peer;
-
-/// Who a request is from, once it has shown a credential.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Caller {
-    /// The holder of `--http-token`: every action.
-    Admin,
-    /// A principal of the `--auth` policy, with its grants.
-    Principal(PrincipalId),
-}
-
-impl Caller {
-    /// May it do `action` in `scope` (on `tube`, for a tube or a job)?
-    pub fn may(self, gate: Option<&Gate>, action: Action, scope: Scope, tube: &str) -> bool {
-        let grants = match (self, gate) {
-            (Caller::Admin, _) => return true,
-            (Caller::Principal(id), Some(gate)) => &gate.policy().principal(id).grants,
-            (Caller::Principal(_), None) => return false,
-        };
-        match scope {
-            Scope::Anyone => true,
-            Scope::Somewhere => grants.allows_somewhere(action),
-            Scope::Everywhere => grants.allows_everywhere(action),
-            Scope::Tube | Scope::Job => grants.allows(action, tube),
-        }
-    }
-
-    /// Its name in the audit trail.
-    fn name(self, gate: Option<&Gate>) -> &str {
-        match (self, gate) {
-            (Caller::Principal(id), Some(gate)) => &gate.policy().principal(id).name,
-            _ => "http-token",
-        }
-    }
-}
 
 /// Whether the request's `caller` (None on an open port) may do `action`
 /// on `tube`: for handlers whose need goes past their route's (the tubes

@@ -13,7 +13,8 @@
 //!   batch per lock.
 //! * `auth`: who a request is from (`--http-token`, or a principal of
 //!   `--auth`; a bearer header, or a session the dashboard's login
-//!   started) and whether it may; `access`: what each route needs;
+//!   started) and whether it may (`caller`: the caller and its grants);
+//!   `access`: what each route needs;
 //!   `session`: the sign-ins, kept on the server.
 //! * `tls_accept`: `--http-tls`, handshakes in their own tasks.
 //! * `dashboard`: the page at `/`, its assets compiled into the binary.
@@ -43,6 +44,7 @@ mod api;
 mod app;
 mod auth;
 mod batch;
+mod caller;
 mod client_addr;
 pub(crate) mod config;
 mod dashboard;

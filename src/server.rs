@@ -305,7 +305,7 @@ impl Server {
                     journal_frames = recovered.replayed,
                     stored_bytes = recovered.stored_bytes,
                     live_bytes = recovered.live_bytes,
-                    "recovered from {} in {:?}",
+                    "recovered from {} in {:.1?}",
                     dir.display(),
                     started.elapsed()
                 );

@@ -361,6 +361,26 @@ async fn pure_helpers(browser: &fantoccini::Client) {
             json!(["TTR ends in", "12.0 s", "time_left"]),
         ),
         ("bridgeCards(null, {tubes: []})", json!([])),
+        (
+            "bridgeCards(null, {tubes: ['bridge-timers.x'], current_jobs_delayed: 4, \
+             current_jobs_ready: 1, current_jobs_reserved: 0})",
+            json!([
+                ["timers pending", "5 jobs", "bridge-timers"],
+                ["timer tubes", "bridge-timers.x", "bridge-tubes"],
+            ]),
+        ),
+        (
+            "bridgeCards({keys: 7, timers_pending: 7, window_s: 300, deliveries: 1200, \
+             lateness_p50_ms: 1.5, lateness_p99_ms: null}, {tubes: ['bridge-timers.x']})",
+            json!([
+                ["keys tracked", "7", "bridge-keys"],
+                ["timers pending", "7 jobs", "bridge-timers"],
+                ["deliveries (last 5 min)", "1,200 jobs", "bridge-deliveries"],
+                ["lateness p50 (last 5 min)", "1.5 ms", "bridge-p50"],
+                ["lateness p99 (last 5 min)", "–", "bridge-p99"],
+                ["timer tubes", "bridge-timers.x", "bridge-tubes"],
+            ]),
+        ),
     ];
     for (expression, expected) in table {
         assert_eq!(eval(browser, expression).await, expected, "{expression}");

@@ -105,13 +105,14 @@ function bridgeCards(bridge, timers) {
   if (!bridge && !tubes.length) return [];
   const pending = timers ? timers.current_jobs_delayed + timers.current_jobs_ready + timers.current_jobs_reserved : undefined;
   const ms = (v) => (v === null || v === undefined ? "–" : duration(v / 1000));
+  const recent = bridge && bridge.window_s ? ` (last ${Math.round(bridge.window_s / 60)} min)` : "";
   return [
     ...(bridge && bridge.keys !== undefined ? [["keys tracked", number(bridge.keys ?? undefined), "bridge-keys"]] : []),
     ["timers pending", plural(bridge ? bridge.timers_pending : pending, "job"), "bridge-timers"],
-    ...(bridge && "deliveries" in bridge ? [["deliveries", plural(bridge.deliveries, "job"), "bridge-deliveries"]] : []),
-    ...(bridge && "lateness_p50_ms" in bridge ? [
-      ["lateness p50", ms(bridge.lateness_p50_ms), "bridge-p50"],
-      ["lateness p99", ms(bridge.lateness_p99_ms), "bridge-p99"],
+    ...(bridge && "deliveries" in bridge ? [
+      [`deliveries${recent}`, plural(bridge.deliveries, "job"), "bridge-deliveries"],
+      [`lateness p50${recent}`, ms(bridge.lateness_p50_ms), "bridge-p50"],
+      [`lateness p99${recent}`, ms(bridge.lateness_p99_ms), "bridge-p99"],
     ] : []),
     ["timer tubes", tubes.join(", ") || "–", "bridge-tubes"],
   ];

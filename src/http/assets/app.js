@@ -5,8 +5,7 @@
 const $ = (sel) => document.querySelector(sel);
 const view = { page: "overview", tube: null, job: null, state: "ready", after: null, next: null, hex: false };
 let previous = null; // the last /api/tubes answer, with its time, for rates
-// The Redis bridge's timer tubes (src/bridge/config.rs), shown apart.
-const TIMER_TUBE_PREFIX = "bridge-timers.";
+let timerTubes = new Set(); // the Redis bridge's, as /api/server names them: shown apart
 
 async function api(path, options = {}) {
   const init = { headers: {}, ...options };
@@ -190,6 +189,7 @@ function bytes(n) {
 
 function drawServer(all, server) {
   const s = userTotals(all, server.timers);
+  timerTubes = new Set(server.timers ? server.timers.tubes : []);
   const bridged = server.timers && server.timers.current_connections ? ` (and the bridge's ${server.timers.current_connections})` : "";
   $("#server-line").textContent =
     `v${s.version} · up ${duration(s.uptime)} · ${plural(s.current_connections, "connection")}${bridged} · ${plural(s.current_workers, "worker")} · ${plural(s.current_producers, "producer")} · pid ${s.pid}`;
@@ -239,11 +239,11 @@ async function refreshOverview() {
       <td>${duration(t.reserve_wait_p50)}</td>
       <td><a href="#/tube/${encodeURIComponent(t.name)}">jobs →</a></td>
     </tr>`;
-  const timer = (t) => t.name.startsWith(TIMER_TUBE_PREFIX);
+  const timer = (t) => timerTubes.has(t.name);
   $("#tubes tbody").innerHTML = tubes.tubes.filter((t) => !timer(t)).map(row).join("");
-  const timerTubes = tubes.tubes.filter(timer);
-  $("#timer-tubes tbody").innerHTML = timerTubes.map(row).join("");
-  $("#timer-tubes-part").hidden = !timerTubes.length;
+  const timerRows = tubes.tubes.filter(timer);
+  $("#timer-tubes tbody").innerHTML = timerRows.map(row).join("");
+  $("#timer-tubes-part").hidden = !timerRows.length;
   previous = { at: now, tubes: tubes.tubes };
   drawCharts(history.samples);
 }

@@ -247,3 +247,27 @@ fn the_embedded_bridge_on_the_servers_metrics_and_dashboard() {
         "{bridge} {worst:?}"
     );
 }
+
+#[test]
+fn a_setting_it_cannot_change_is_said_once() {
+    if !can_run("a_setting_it_cannot_change_is_said_once") {
+        return;
+    }
+    let hidden = ["--rename-command", "CONFIG", "sprout-test-config"];
+    let redis = Redis::spawn(TestServer::free_port(), Version::V7_0, &hidden);
+    let server = TestServer::start(&[]);
+    let state = TempDir::new();
+    let args = bridge_args(&redis, server.port(), "offline", &["dev:*"], state.path());
+    let mut bridge = Bridge::spawn_logging(&args, None);
+    let refused = format!(
+        "WARN sprout::status: cannot change notify-keyspace-events on 127.0.0.1:{} \
+         (unreadable) to add the classes \"Kg$xe\": CONFIG GET: ",
+        redis.port
+    );
+    bridge.wait_log(&refused);
+    wait_numpat(&redis, 1);
+    resubscribe(&redis, &mut bridge, 1);
+    let log = bridge.log();
+    assert_eq!(log.matches(&refused).count(), 1, "{log}");
+    assert!(log.contains("the node refuses CONFIG"), "{log}");
+}

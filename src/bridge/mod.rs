@@ -17,8 +17,10 @@
 //!   `triggers` (asking for an early reconciliation; it keeps the gaps),
 //!   `body` (the timer and delivery job bodies), `index`
 //!   (the small durable index, a map in memory logged under
-//!   `--state-dir`: key → (expiry, current timer id)); `sprout bridge`'s
-//!   own process tunes glibc's allocator ([`crate::malloc`]).
+//!   `--state-dir`: key → (expiry, current timer id)), [`punctuality`]
+//!   (each delivery's lateness and distance to Redis's `expired` event,
+//!   for `/metrics` and the dashboard); `sprout bridge`'s own process
+//!   tunes glibc's allocator ([`crate::malloc`]).
 //! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`), the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do; [`remote`], TLS and a token for a secured server); `failure`
@@ -27,7 +29,9 @@
 //!   Cluster as one node: its topology, each key read at its slot's
 //!   master, and `cluster::Target`, what the registry reads keys from).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
-//!   answer, hint, now) to a plan, table-tested.
+//!   answer, hint, now) to a plan, table-tested; `report`, the status
+//!   lines' text (each source, where it delivers, every Redis setting
+//!   changed, old -> new) from what they report.
 //! * Workers: `registry` carries the plans out under per-key locks, in
 //!   pipelines and in the order that makes them safe; `sync` (the queue of
 //!   keys and its workers), `fire` (workers reserving due timers from

@@ -7,7 +7,7 @@
 //!
 //! An event and its delivery come in either order: the bridge's own read
 //! at the deadline usually makes Redis expire the key, so the event
-//! follows the delivery. Each waits for the other (at most [`MATCH_MS`]);
+//! follows the delivery. Each waits for the other (at most `MATCH_MS`);
 //! a delivery that came first counts as 0 (never later than Redis).
 
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ pub const BOUNDS_MICROS: [u64; 13] = [
     1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,
     5_000_000, 10_000_000,
 ];
-/// The dashboard's window: [`SLOTS`] slots of [`SLOT_MS`].
+/// The dashboard's window: `SLOTS` slots of [`SLOT_MS`].
 pub const SLOT_MS: i64 = 30_000;
 const SLOTS: usize = 10;
 pub const WINDOW_MS: i64 = SLOT_MS * SLOTS as i64;

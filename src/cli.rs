@@ -126,11 +126,11 @@ pub struct Args {
     /// each for the addresses listened on, recovery and shutdown; -V adds
     /// the rest of startup and each connection's open and close, -VV every
     /// command (RUST_LOG, if set, overrides both).
-    #[arg(short = 'V', long = "verbose", action = ArgAction::Count)]
+    #[arg(short = 'V', long = "verbose", action = ArgAction::Count, global = true)]
     pub verbose: u8,
 
     /// How log lines are written: text for people, json (one object a line) for collectors.
-    #[arg(long = "log-format", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long = "log-format", value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
 
     /// Print the version and exit.

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::bridge::config::{Config, Front};
+use crate::bridge::config::{Config, Front, Kind};
 
 /// A directory of its own under the system's temporary one, removed on
 /// drop.
@@ -184,16 +184,16 @@ fn embedded_flags_make_the_subcommands_config() {
     let kinds: Vec<_> = all
         .nodes
         .iter()
-        .map(|n| (n.url.as_str(), n.cluster, n.sentinel.is_some()))
+        .map(|n| (n.url.as_str(), n.kind, n.sentinel.is_some()))
         .collect();
     assert_eq!(
         kinds,
         [
-            ("redis://r:6379/4", false, false),
-            ("redis://127.0.0.1:7001/2", false, false),
-            ("redis://127.0.0.1:7002/2", false, false),
-            ("redis://c:7000", true, false),
-            ("redis://s:26379/m", false, true),
+            ("redis://r:6379/4", Kind::Standalone, false),
+            ("redis://127.0.0.1:7001/2", Kind::Twemproxy, false),
+            ("redis://127.0.0.1:7002/2", Kind::Twemproxy, false),
+            ("redis://c:7000", Kind::Cluster, false),
+            ("redis://s:26379/m", Kind::Sentinel, true),
         ]
     );
 }

@@ -53,7 +53,13 @@ async fn run_bridge(args: &BridgeArgs) -> ExitCode {
         Err(e) => return fail("bridge", std::io::Error::other(e)),
     };
     let connector = bridge::server_side::Connector::Tcp(remote);
-    match bridge::run(config, connector, shutdown).await {
+    let status = bridge::Status::default();
+    if let Some(addr) = &args.metrics {
+        if let Err(e) = http::serve_bridge_metrics(addr, status.clone()).await {
+            return fail(&format!("cannot listen on --metrics {addr}"), e);
+        }
+    }
+    match bridge::run(config, connector, shutdown, &status).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("bridge failed", e),
     }
@@ -141,11 +147,11 @@ async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> ExitCode {
         // In a cluster, only on the leader, once it leads.
         if let Some(side) = server.cluster() {
             side.run_bridge(config, move |config, stepped_down| async move {
-                bridge::run_reporting(config, connector, stepped_down, &status).await
+                bridge::run(config, connector, stepped_down, &status).await
             });
         } else {
             tokio::spawn(async move {
-                let run = bridge::run_reporting(config, connector, std::future::pending(), &status);
+                let run = bridge::run(config, connector, std::future::pending(), &status);
                 if let Err(e) = run.await {
                     tracing::error!(error = %e, "the embedded Redis bridge stopped");
                 }

@@ -28,6 +28,7 @@ fn a_cluster_resharded_and_failed_over_delivers_each_expiry_once() {
     let url = cluster.url();
     let args = bridge_args_for(&["--redis-cluster", &url], server.port(), state.path());
     let mut bridge = Bridge::start(&args);
+    bridge.wait_log(&format!("bridge source {url} (Redis Cluster)"));
     let collector = Collector::start(Worker::new(server.port(), "offline"));
     let n = keys_to_write(2_000);
     let mut want = cluster.write_keys("spread", None, n, 1_500, 3_000);

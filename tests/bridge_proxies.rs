@@ -38,7 +38,13 @@ fn expiries_of_keys_written_through_twemproxy_are_delivered_once() {
         server.port(),
         state.path(),
     );
-    let _bridge = Bridge::start(&args);
+    let mut bridge = Bridge::start(&args);
+    for b in &backends {
+        bridge.wait_log(&format!(
+            "redis://127.0.0.1:{}/0 (twemproxy backend)",
+            b.port
+        ));
+    }
     let mut worker = Worker::new(server.port(), "offline");
     let mut through = redis::Client::open(proxy.url())
         .and_then(|c| c.get_connection())

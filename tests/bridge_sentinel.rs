@@ -29,6 +29,11 @@ fn a_sentinel_failover_with_pending_keys_delivers_each_once() {
     let url = set.url();
     let args = bridge_args_for(&["--redis-sentinel", &url], server.port(), state.path());
     let mut bridge = Bridge::start(&args);
+    let master = format!(
+        "{url} (Sentinel master mymaster at 127.0.0.1:{})",
+        set.master.port
+    );
+    bridge.wait_log(&master);
     let collector = Collector::start(Worker::new(server.port(), "offline"));
     let n = keys_to_write(2_000);
     let mut want = write_keys(&mut set.master.conn(), "before", n, 1_000, 3_000);

@@ -5,38 +5,8 @@ mod bridge_common;
 mod common;
 mod http_client;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use common::Client;
-use http_client::{program, start};
-
-/// Runs `promtool check metrics` on `scrape`: (success, its output).
-fn promtool(promtool: &std::path::Path, scrape: &str) -> (bool, String) {
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text.into_owned())
-}
-
-/// The value of the sample line `name` (labels included) in `scrape`.
-fn sample(scrape: &str, name: &str) -> Option<f64> {
-    scrape
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
+use http_client::{program, promtool, sample, start};
 
 fn busy(c: &mut Client) {
     assert_eq!(c.line("use emails"), "USING emails");

@@ -64,6 +64,11 @@ pub struct BridgeArgs {
     #[command(flatten)]
     pub options: BridgeOptions,
 
+    /// Serve the bridge's Prometheus metrics on http://ADDR/metrics
+    /// (HOST:PORT): its keys and the punctuality of its deliveries.
+    #[arg(long = "metrics", value_name = "ADDR")]
+    pub metrics: Option<String>,
+
     /// TLS and the token for a secured --server.
     #[command(flatten)]
     pub remote: RemoteArgs,
@@ -266,22 +271,25 @@ impl Sources<'_> {
     /// `--redis` URLs, the twemproxy backends, the clusters, the Sentinel
     /// masters.
     fn nodes(&self, front: Front) -> Result<Vec<Node>, String> {
-        let mut urls = self.redis.to_vec();
-        if let Some(file) = self.twemproxy {
-            urls.extend(twemproxy_backends(file, &front.flag("twemproxy-config"))?);
-        }
-        let plain = urls.len();
-        urls.extend(self.clusters.iter().cloned());
-        let mut nodes = urls
+        let mut urls: Vec<(String, Kind)> = self
+            .redis
             .iter()
-            .enumerate()
-            .map(|(i, url)| {
+            .map(|u| (u.clone(), Kind::Standalone))
+            .collect();
+        if let Some(file) = self.twemproxy {
+            let backends = twemproxy_backends(file, &front.flag("twemproxy-config"))?;
+            urls.extend(backends.into_iter().map(|u| (u, Kind::Twemproxy)));
+        }
+        urls.extend(self.clusters.iter().map(|u| (u.clone(), Kind::Cluster)));
+        let mut nodes = urls
+            .into_iter()
+            .map(|(url, kind)| {
                 redis::IntoConnectionInfo::into_connection_info(url.as_str())
                     .map(|info| Node {
                         url: url.clone(),
                         info,
                         sentinel: None,
-                        cluster: i >= plain,
+                        kind,
                     })
                     .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
             })
@@ -322,8 +330,31 @@ pub struct Node {
     /// credentials count (the sentinels say where it is).
     pub info: redis::ConnectionInfo,
     pub sentinel: Option<Sentinel>,
-    /// A Redis Cluster, found from this node.
-    pub cluster: bool,
+    pub kind: Kind,
+}
+
+/// Which flag a node came from: what the status lines call it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `--redis`.
+    Standalone,
+    /// A backend of `--twemproxy-config`.
+    Twemproxy,
+    /// `--redis-sentinel`: the master the sentinels name.
+    Sentinel,
+    /// `--redis-cluster`: the cluster found from this node.
+    Cluster,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Standalone => "standalone",
+            Kind::Twemproxy => "twemproxy backend",
+            Kind::Sentinel => "Sentinel master",
+            Kind::Cluster => "Redis Cluster",
+        }
+    }
 }
 
 impl Node {
@@ -508,7 +539,7 @@ fn sentinel_node(url: &str, flag: &str) -> Result<Node, String> {
         url: url.to_owned(),
         info,
         sentinel: Some(sentinel),
-        cluster: false,
+        kind: Kind::Sentinel,
     })
 }
 

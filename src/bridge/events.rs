@@ -9,17 +9,23 @@
 //! new master subscribed, which reconciles it.
 //!
 //! Before each (re)subscription the needed `notify-keyspace-events` classes
-//! are switched on (a restarted Redis forgets them). After a lost
+//! are switched on (a restarted Redis forgets them), each change said at
+//! the default log level, old -> new (a refusal once, until it changes).
+//! An `expired` event's arrival is noted for the punctuality figures. After a lost
 //! connection the node is reconciled, since events sent meanwhile are lost
 //! (deliveries due meanwhile are marked uncertain, see `gaps`); so is it
 //! after the first subscription (reconciliation waits for it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::clock::now_ms;
 use super::config::Node;
-use super::redis_side::Redis;
+use super::punctuality::Punctuality;
+use super::redis_side::{Notifications, Redis};
+use super::report;
 use super::sync::Queue;
 use super::triggers::Triggers;
 use super::work::{Hint, Work};
@@ -27,33 +33,34 @@ use super::work::{Hint, Work};
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// Where node `index`'s events go: the sync queue, the triggers, the
+/// punctuality figures.
+#[derive(Clone)]
+pub struct Sinks {
+    pub queue: Queue,
+    pub triggers: Triggers,
+    pub punctuality: Arc<Punctuality>,
+}
+
 /// Follows node `node`'s events forever.
-pub async fn run(
-    index: u16,
-    node: Node,
-    mut redis: Redis,
-    patterns: Vec<String>,
-    queue: Queue,
-    triggers: Triggers,
-) {
+pub async fn run(index: u16, node: Node, mut redis: Redis, patterns: Vec<String>, sinks: Sinks) {
+    let Sinks {
+        queue,
+        triggers,
+        punctuality,
+    } = sinks;
     let prefix = format!("__keyspace@{}__:", node.db());
     let mut backoff = BACKOFF_MIN;
     let mut first = true;
     let mut switches = redis.switches();
+    let mut said = Notifications::On;
     loop {
         // Seen before subscribing: a switch from now on ends the
         // subscription below.
         switches.borrow_and_update();
         let subscribed = match redis.enable_notifications().await {
-            Ok(missing) => {
-                if !missing.is_empty() {
-                    tracing::warn!(
-                        node = %node.url,
-                        "could not enable keyspace event classes {missing:?} \
-                         (notify-keyspace-events): TTL changes they announce are \
-                         only seen by SCAN every --scan-interval"
-                    );
-                }
+            Ok(outcome) => {
+                say(&redis, &outcome, &mut said);
                 subscribe(redis.address(), &prefix, &patterns).await
             }
             Err(e) => Err(e),
@@ -83,6 +90,9 @@ pub async fn run(
                         continue;
                     };
                     let event: Vec<u8> = msg.get_payload().unwrap_or_default();
+                    if event == b"expired" {
+                        punctuality.expired_event(index, key, now_ms());
+                    }
                     let work = Work {
                         node: index,
                         key: key.to_vec(),
@@ -99,6 +109,22 @@ pub async fn run(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// Logs what switching notifications on did: every change, and a
+/// refusal when it differs from the last one `said`.
+fn say(redis: &Redis, outcome: &Notifications, said: &mut Notifications) {
+    let changed = matches!(outcome, Notifications::Changed { .. });
+    if !changed && outcome == said {
+        return;
+    }
+    *said = outcome.clone();
+    let addr = redis.address().addr.to_string();
+    match report::notifications(&addr, outcome) {
+        Some((false, line)) => tracing::info!(target: crate::STATUS, "{line}"),
+        Some((true, line)) => tracing::warn!(target: crate::STATUS, "{line}"),
+        None => {}
     }
 }
 

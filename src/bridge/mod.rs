@@ -17,8 +17,10 @@
 //!   `triggers` (asking for an early reconciliation; it keeps the gaps),
 //!   `body` (the timer and delivery job bodies), `index`
 //!   (the small durable index, a map in memory logged under
-//!   `--state-dir`: key → (expiry, current timer id)); `sprout bridge`'s
-//!   own process tunes glibc's allocator ([`crate::malloc`]).
+//!   `--state-dir`: key → (expiry, current timer id)), [`punctuality`]
+//!   (each delivery's lateness and distance to Redis's `expired` event,
+//!   for `/metrics` and the dashboard); `sprout bridge`'s own process
+//!   tunes glibc's allocator ([`crate::malloc`]).
 //! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`), the two connections and
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do; [`remote`], TLS and a token for a secured server); `failure`
@@ -27,7 +29,9 @@
 //!   Cluster as one node: its topology, each key read at its slot's
 //!   master, and `cluster::Target`, what the registry reads keys from).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
-//!   answer, hint, now) to a plan, table-tested.
+//!   answer, hint, now) to a plan, table-tested; `report`, the status
+//!   lines' text (each source, where it delivers, every Redis setting
+//!   changed, old -> new) from what they report.
 //! * Workers: `registry` carries the plans out under per-key locks, in
 //!   pipelines and in the order that makes them safe; `sync` (the queue of
 //!   keys and its workers), `fire` (workers reserving due timers from
@@ -116,10 +120,12 @@ mod flushes;
 mod gaps;
 mod index;
 mod keys;
+pub mod punctuality;
 mod reconcile;
 mod redis_side;
 mod registry;
 pub mod remote;
+mod report;
 mod sentinel;
 pub mod server_side;
 mod sync;
@@ -136,20 +142,11 @@ pub use clock::now_ms;
 use cluster::{Cluster, Target};
 use config::Config;
 use index::Index;
+use punctuality::Punctuality;
 use redis_side::Redis;
 use registry::Registry;
 use server_side::{Connector, Flavour, Session};
 use triggers::Triggers;
-
-/// Runs the bridge until `shutdown` completes (or forever). Fails only if
-/// its index cannot be opened; lost connections are retried.
-pub async fn run(
-    config: Config,
-    connector: Connector,
-    shutdown: impl Future<Output = ()>,
-) -> io::Result<()> {
-    run_reporting(config, connector, shutdown, &Status::default()).await
-}
 
 /// For a new cluster leader, before its embedded bridge starts
 /// (`cluster/bridge.rs`): which of `timers` (id and body of each timer the
@@ -228,36 +225,48 @@ pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Resu
 }
 
 /// What a running bridge shows its host, read-only (the HTTP port's
-/// metrics and dashboard): how many keys its index tracks.
+/// metrics and dashboard): how many keys its index tracks, how punctual
+/// its deliveries are.
 #[derive(Clone, Default)]
-pub struct Status(Arc<std::sync::OnceLock<Index>>);
+pub struct Status {
+    index: Arc<std::sync::OnceLock<Index>>,
+    punctuality: Arc<Punctuality>,
+}
 
 impl Status {
     /// Keys in the index; `None` until the bridge has opened it.
     pub fn keys(&self) -> Option<usize> {
-        self.0.get().map(Index::len)
+        self.index.get().map(Index::len)
+    }
+
+    /// The punctuality figures now.
+    pub fn punctuality(&self) -> punctuality::Figures {
+        self.punctuality.figures(now_ms())
     }
 }
 
-/// [`run`], filling in `status` once the index is open.
-pub async fn run_reporting(
+/// Runs the bridge until `shutdown` completes (or forever), showing its
+/// figures in `status`. Fails only if its index cannot be opened; lost
+/// connections are retried.
+pub async fn run(
     config: Config,
     connector: Connector,
     shutdown: impl Future<Output = ()>,
     status: &Status,
 ) -> io::Result<()> {
     let index = Index::open(&config.state_dir)?;
-    let _ = status.0.set(index.clone());
+    let _ = status.index.set(index.clone());
     tracing::info!(
-        keys = index.len(),
-        "bridge index open in {}",
-        config.state_dir.display()
+        target: crate::STATUS,
+        "bridge index in {}: {} keys pending",
+        config.state_dir.display(),
+        index.len(),
     );
     // Starting waits for the job server and every node: a shutdown
     // meanwhile ends it.
     tokio::pin!(shutdown);
     tokio::select! {
-        started = start(&config, &connector, &index) => started?,
+        started = start(&config, &connector, &index, &status.punctuality) => started?,
         () = &mut shutdown => return index.flush(),
     }
     shutdown.await;
@@ -265,7 +274,12 @@ pub async fn run_reporting(
 }
 
 /// Connects to the job server and the nodes, and spawns every task.
-async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Result<()> {
+async fn start(
+    config: &Config,
+    connector: &Connector,
+    index: &Index,
+    punctuality: &Arc<Punctuality>,
+) -> io::Result<()> {
     let triggers = Triggers::new(config.nodes.len());
     let timer_tube = config.timer_tube.as_str();
     let session = |uses: &str, watches: Option<&str>| {
@@ -277,9 +291,9 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
     drop(probe);
     let mut targets = Vec::new();
     for node in &config.nodes {
-        targets.push(match node.cluster {
-            false => Target::One(connect_redis(node, config.pubsub).await?),
-            true => Target::Cluster(connect_cluster(node, config.pubsub).await),
+        targets.push(match node.kind {
+            config::Kind::Cluster => Target::Cluster(connect_cluster(node, config).await),
+            _ => Target::One(connect_redis(node, config).await?),
         });
     }
     let registry = Arc::new(Registry::new(
@@ -289,6 +303,7 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         flavour,
         fires,
         triggers.clone(),
+        punctuality.clone(),
     ));
     let queue = sync::Queue::start(registry.clone(), || session(timer_tube, None));
     for _ in 0..fire::WORKERS {
@@ -296,6 +311,11 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         let arms = session(timer_tube, None);
         tokio::spawn(fire::work(registry.clone(), timers, arms));
     }
+    let sinks = events::Sinks {
+        queue: queue.clone(),
+        triggers: triggers.clone(),
+        punctuality: punctuality.clone(),
+    };
     for (i, (node, target)) in config.nodes.iter().zip(targets).enumerate() {
         let i = i as u16;
         let reconcile = reconcile::Node {
@@ -311,19 +331,24 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         let redis = match target {
             Target::One(redis) => redis,
             Target::Cluster(cluster) => {
-                let watch = watch_cluster(i, node.clone(), cluster, config, &queue, &triggers);
-                tokio::spawn(watch);
+                tokio::spawn(watch_cluster(
+                    i,
+                    node.clone(),
+                    cluster,
+                    config,
+                    sinks.clone(),
+                ));
                 continue;
             }
         };
         if config.pubsub {
+            let patterns = config.patterns.clone();
             tokio::spawn(events::run(
                 i,
                 node.clone(),
                 redis.clone(),
-                config.patterns.clone(),
-                queue.clone(),
-                triggers.clone(),
+                patterns,
+                sinks.clone(),
             ));
         }
         if let Some(s) = &node.sentinel {
@@ -334,22 +359,19 @@ async fn start(config: &Config, connector: &Connector, index: &Index) -> io::Res
         tokio::spawn(flushes::run(i, redis.clone(), triggers.clone()));
     }
     tokio::spawn(sweep_marks(index.clone()));
-    tracing::info!(
-        tube = config.tube.as_str(),
-        timers = timer_tube,
-        nodes = config.nodes.len(),
-        pubsub = config.pubsub,
-        "bridge running"
-    );
+    tracing::info!(target: crate::STATUS, "{}", report::delivering(config));
     Ok(())
 }
 
 /// Finds the cluster of `node` (retrying until a node answers).
-async fn connect_cluster(node: &config::Node, pubsub: bool) -> Cluster {
+async fn connect_cluster(node: &config::Node, config: &Config) -> Cluster {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match Cluster::discover(node.info.clone(), pubsub).await {
-            Ok(cluster) => return cluster,
+        match Cluster::discover(node.info.clone(), config.pubsub).await {
+            Ok(cluster) => {
+                tracing::info!(target: crate::STATUS, "{}", report::cluster(node, config));
+                return cluster;
+            }
             Err(e) => {
                 tracing::warn!(node = %node.url, error = %e, "cannot read the cluster's topology; retrying");
                 tokio::time::sleep(backoff).await;
@@ -368,11 +390,9 @@ fn watch_cluster(
     node: config::Node,
     cluster: Cluster,
     config: &Config,
-    queue: &sync::Queue,
-    triggers: &Triggers,
+    sinks: events::Sinks,
 ) -> impl Future<Output = ()> + use<> {
     let (pubsub, patterns) = (config.pubsub, config.patterns.clone());
-    let (queue, triggers) = (queue.clone(), triggers.clone());
     async move {
         let mut watched = std::collections::HashSet::new();
         loop {
@@ -382,16 +402,17 @@ fn watch_cluster(
                         if !watched.insert(addr.clone()) {
                             continue;
                         }
-                        tracing::info!(cluster = %node.url, "following the master {addr}");
+                        let line = report::master(&node, &addr, &redis.caps());
+                        tracing::info!(target: crate::STATUS, "{line}");
                         let mut master = node.clone();
                         master.url = format!("redis://{addr}");
                         if pubsub {
-                            let (p, q, t) = (patterns.clone(), queue.clone(), triggers.clone());
-                            tokio::spawn(events::run(i, master, redis.clone(), p, q, t));
+                            let (p, s) = (patterns.clone(), sinks.clone());
+                            tokio::spawn(events::run(i, master, redis.clone(), p, s));
                         } else if watched.len() > 1 {
-                            triggers.missed(i, now_ms());
+                            sinks.triggers.missed(i, now_ms());
                         }
-                        tokio::spawn(flushes::run(i, redis, triggers.clone()));
+                        tokio::spawn(flushes::run(i, redis, sinks.triggers.clone()));
                     }
                 }
                 Err(e) => tracing::warn!(cluster = %node.url, error = %e, "cannot reach a master"),
@@ -478,14 +499,15 @@ async fn detect_flavour(session: &mut Session) -> Flavour {
 
 /// Connects to `node` (retrying while it cannot be reached) and says what
 /// it is; an error if it refuses what the bridge cannot do without.
-async fn connect_redis(node: &config::Node, pubsub: bool) -> io::Result<Redis> {
-    let mut backoff = Duration::from_millis(100);
+async fn connect_redis(node: &config::Node, config: &Config) -> io::Result<Redis> {
+    let (pubsub, mut backoff) = (config.pubsub, Duration::from_millis(100));
     loop {
+        let mut at = None;
         let connected = match &node.sentinel {
             None => Redis::connect(node, pubsub).await,
             Some(s) => match sentinel::master_addr(s).await {
                 Ok((host, port)) => {
-                    tracing::info!(node = %node.url, "Sentinel: the master {} is at {host}:{port}", s.master);
+                    at = Some(format!("{host}:{port}"));
                     Redis::connect_to(sentinel::at(&node.info, &host, port), pubsub).await
                 }
                 Err(e) => Err(e),
@@ -528,17 +550,8 @@ async fn connect_redis(node: &config::Node, pubsub: bool) -> io::Result<Redis> {
                         refusal_costs(&refused)
                     );
                 }
-                let how = match caps.method {
-                    redis_side::Method::ExpireTime => "PEXPIRETIME (exact)",
-                    redis_side::Method::TtlServerClock => {
-                        "PTTL between two TIMEs of one pipeline (no PEXPIRETIME)"
-                    }
-                    redis_side::Method::TtlLocalClock => {
-                        "PTTL timed by the bridge's clock (no PEXPIRETIME, no TIME): \
-                         deadlines are rounded up by the round trip"
-                    }
-                };
-                tracing::info!(node = %node.url, version = %caps.version, "expiries read with {how}");
+                let line = report::source(node, at.as_deref(), &caps, config);
+                tracing::info!(target: crate::STATUS, "{line}");
                 return Ok(redis);
             }
             Err(e) => {

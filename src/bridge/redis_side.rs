@@ -509,24 +509,26 @@ impl Redis {
         Ok(texts.concat())
     }
 
-    /// Merges the classes the bridge needs into `notify-keyspace-events`.
-    /// Returns the flags that are still missing afterwards (empty when all
-    /// is well), so the caller can say what could not be enabled; an error
-    /// only when Redis could not be reached at all (try again later).
-    pub async fn enable_notifications(&mut self) -> RedisResult<String> {
-        let current = match self.notify_flags().await {
+    /// Merges the classes the bridge needs into `notify-keyspace-events`
+    /// and says what it did, for the caller to report; an error only when
+    /// Redis could not be reached at all (try again later).
+    pub async fn enable_notifications(&mut self) -> RedisResult<Notifications> {
+        let old = match self.notify_flags().await {
             Ok(flags) => flags,
             Err(e) if unreachable(&e) => return Err(e),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read notify-keyspace-events (CONFIG GET)");
-                return Ok(NEEDED_FLAGS.to_owned());
+                return Ok(Notifications::Refused {
+                    old: None,
+                    missing: NEEDED_FLAGS.to_owned(),
+                    why: format!("CONFIG GET: {e}"),
+                })
             }
         };
-        let missing = missing_flags(&current);
+        let missing = missing_flags(&old);
         if missing.is_empty() {
-            return Ok(missing);
+            return Ok(Notifications::On);
         }
-        let wanted = format!("{current}{missing}");
+        let wanted = format!("{old}{missing}");
         let set: RedisResult<()> = redis::cmd("CONFIG")
             .arg("SET")
             .arg("notify-keyspace-events")
@@ -535,11 +537,16 @@ impl Redis {
             .await;
         match set {
             Err(e) if unreachable(&e) => Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot set notify-keyspace-events to {wanted:?}");
-                Ok(missing)
+            Err(e) => Ok(Notifications::Refused {
+                old: Some(old),
+                missing,
+                why: format!("CONFIG SET to {wanted:?}: {e}"),
+            }),
+            Ok(()) => {
+                let new = self.notify_flags().await?;
+                let missing = missing_flags(&new);
+                Ok(Notifications::Changed { old, new, missing })
             }
-            Ok(()) => Ok(missing_flags(&self.notify_flags().await?)),
         }
     }
 
@@ -551,6 +558,27 @@ impl Redis {
             .await?;
         Ok(reply.get(1).cloned().unwrap_or_default())
     }
+}
+
+/// What [`Redis::enable_notifications`] did to `notify-keyspace-events`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Notifications {
+    /// Every class the bridge needs was on already: nothing changed.
+    On,
+    /// Changed from `old` to `new` (as Redis reads it back); `missing`:
+    /// classes still off (Redis took the value but not them).
+    Changed {
+        old: String,
+        new: String,
+        missing: String,
+    },
+    /// Could not be changed: the value before (if it could be read), the
+    /// classes missing, and why.
+    Refused {
+        old: Option<String>,
+        missing: String,
+        why: String,
+    },
 }
 
 /// Did the command fail for want of a connection (rather than being

@@ -36,6 +36,7 @@
 //! a key refreshed just before a bridge crash that expired while the
 //! bridge was down: SCAN cannot list it any more.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sprout_protocol::{Command, JobId, Response};
@@ -49,6 +50,7 @@ use super::decide::{self, Claim, Fire, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Index, KeyEntry, CANCELLED};
 use super::keys::key_hash;
+use super::punctuality::Punctuality;
 use super::redis_side::{Expiry, Reading};
 use super::server_side::{Flavour, Session};
 use super::triggers::Triggers;
@@ -95,6 +97,10 @@ pub struct Registry {
     pri: u32,
     ttr: Duration,
     locks: Vec<Mutex<()>>,
+    /// Each delivery's lateness, and (`events`: followed) its distance to
+    /// Redis's `expired` event.
+    punctuality: Arc<Punctuality>,
+    events: bool,
 }
 
 impl Registry {
@@ -107,6 +113,7 @@ impl Registry {
         flavour: Flavour,
         fires: bool,
         triggers: Triggers,
+        punctuality: Arc<Punctuality>,
     ) -> Registry {
         Registry {
             index,
@@ -121,6 +128,8 @@ impl Registry {
             pri: config.pri,
             ttr: config.ttr,
             locks: (0..LOCK_STRIPES).map(|_| Mutex::new(())).collect(),
+            punctuality,
+            events: config.pubsub,
         }
     }
 
@@ -316,6 +325,7 @@ impl Registry {
             Err((delivered, failure)) => (delivered, Some(failure)),
         };
         // Step 4: the index, once the server answered.
+        self.measure(dues, &delivered, now);
         for ((node, key), timer) in delivered {
             self.index.set(node, key, KeyEntry::delivered(now, timer));
         }
@@ -334,6 +344,22 @@ impl Registry {
             })?;
         }
         Ok(())
+    }
+
+    /// Counts `delivered` (of `dues`, fired at `fired_ms`, put just now)
+    /// in the punctuality figures.
+    fn measure(&self, dues: &[Due], delivered: &[Delivered<'_>], fired_ms: i64) {
+        if delivered.is_empty() {
+            return;
+        }
+        let put_ms = now_ms();
+        let expiries: std::collections::HashMap<JobId, i64> =
+            dues.iter().map(|d| (d.id, d.timer.expire_at_ms)).collect();
+        let measured = delivered
+            .iter()
+            .filter_map(|&((node, key), id)| Some((node, key, *expiries.get(&id)?)));
+        self.punctuality
+            .delivered(measured, fired_ms, put_ms, self.events);
     }
 
     /// Step 3 on a sprout, in one pipeline: each delivery as its timer's

@@ -128,6 +128,7 @@ async fn check(
     match redis.switch_to(at(template, &host, port)).await {
         Ok(()) => {
             tracing::info!(
+                target: crate::STATUS,
                 master = %sentinel.master,
                 "the master moved to {host}:{port} (Sentinel); following it and reconciling"
             );

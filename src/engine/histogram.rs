@@ -68,28 +68,37 @@ impl Histogram {
         }
     }
 
-    /// The `q` quantile (0..=1) in µs, interpolated within its bucket as
-    /// Prometheus's `histogram_quantile` does; `None` without observations.
-    /// Above the last bound it is the last bound.
+    /// The `q` quantile (0..=1) in µs (see [`quantile`]).
     pub fn quantile(&self, q: f64) -> Option<f64> {
-        if self.count == 0 {
-            return None;
-        }
-        let rank = q.clamp(0.0, 1.0) * self.count as f64;
-        let mut below = 0u64;
-        for (i, &n) in self.buckets.iter().enumerate() {
-            if n > 0 && (below + n) as f64 >= rank {
-                let Some(&upper) = BOUNDS_MICROS.get(i) else {
-                    return Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64);
-                };
-                let lower = if i == 0 { 0 } else { BOUNDS_MICROS[i - 1] };
-                let within = (rank - below as f64) / n as f64;
-                return Some(lower as f64 + (upper - lower) as f64 * within);
-            }
-            below += n;
-        }
-        Some(BOUNDS_MICROS[BOUNDS_MICROS.len() - 1] as f64)
+        quantile(&BOUNDS_MICROS, &self.buckets, q)
     }
+}
+
+/// The `q` quantile (0..=1) of per-bucket counts `buckets` (one more than
+/// `bounds`, the last above every bound), interpolated within its bucket
+/// as Prometheus's `histogram_quantile` does; `None` without observations.
+/// Above the last bound it is the last bound. Any histogram's: the
+/// bridge's punctuality has bounds of its own.
+pub fn quantile(bounds: &[Time], buckets: &[u64], q: f64) -> Option<f64> {
+    let count: u64 = buckets.iter().sum();
+    let last = *bounds.last()? as f64;
+    if count == 0 {
+        return None;
+    }
+    let rank = q.clamp(0.0, 1.0) * count as f64;
+    let mut below = 0u64;
+    for (i, &n) in buckets.iter().enumerate() {
+        if n > 0 && (below + n) as f64 >= rank {
+            let Some(&upper) = bounds.get(i) else {
+                return Some(last);
+            };
+            let lower = if i == 0 { 0 } else { bounds[i - 1] };
+            let within = (rank - below as f64) / n as f64;
+            return Some(lower as f64 + (upper - lower) as f64 * within);
+        }
+        below += n;
+    }
+    Some(last)
 }
 
 /// A tube's histograms.

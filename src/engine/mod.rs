@@ -59,7 +59,7 @@ pub use clock::{Clock, Time};
 use conn::Conn;
 use counts::Counter;
 use heap::ByPriority;
-pub use histogram::{Histogram, Latency, BOUNDS_MICROS};
+pub use histogram::{quantile, Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
 pub use job::State;
 pub use journal::{Extras, JobImage, Record, Stored};

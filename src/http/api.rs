@@ -20,6 +20,7 @@ use serde_json::{json, Map, Value};
 use sprout_protocol::{JobId, TubeName};
 
 use crate::auth::Action;
+use crate::bridge::punctuality;
 use crate::engine::{Cursor, JobInfo, State as JobState, TubeFigures};
 
 use super::app::App;
@@ -196,11 +197,16 @@ async fn server(State(app): State<Arc<App>>) -> Reply {
                 .filter_map(|name| engine.tube_figures_of(name, now))
                 .collect::<Vec<_>>();
             let figures = BridgeFigures::of(bridge, &tubes);
+            let recent = &figures.punctuality.recent_lateness;
             json!({
                 "tube": bridge.tube.as_str(),
                 "timer_tube": bridge.timers.as_str(),
                 "keys": figures.keys,
                 "timers_pending": figures.timers_pending,
+                "window_s": punctuality::WINDOW_MS / 1000,
+                "deliveries": recent.count,
+                "lateness_p50_ms": recent.quantile_ms(0.5),
+                "lateness_p99_ms": recent.quantile_ms(0.99),
             })
         });
         let timers = timers::json(&timers::apart(engine, now));

@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 
 use crate::auth::Gate;
 use crate::binlog_stats::{BinlogStats, SYNC_BOUNDS_MICROS};
+use crate::bridge::punctuality;
 use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
 
 use super::app::{App, Bridge};
@@ -50,8 +51,13 @@ pub async fn metrics(State(app): State<Arc<App>>) -> Result<Response, ApiError> 
     })?;
     snapshot.auth = app.server()?.auth().map(|gate| AuthFigures::of(gate));
     snapshot.bridge = app.bridge().map(|b| BridgeFigures::of(b, &snapshot.tubes));
+    encoded(snapshot)
+}
+
+/// The scrape of `collector`'s figures.
+pub(super) fn encoded(collector: impl Collector) -> Result<Response, ApiError> {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(snapshot));
+    registry.register_collector(Box::new(collector));
     let mut body = String::with_capacity(16 * 1024);
     prometheus_client::encoding::text::encode(&mut body, &registry)
         .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed"))?;
@@ -138,12 +144,16 @@ impl Journal {
     }
 }
 
-/// The embedded bridge's figures.
+/// The bridge's figures: the embedded one's, or `sprout bridge
+/// --metrics`'s (`bridge_port.rs`).
+#[derive(Debug)]
 pub struct BridgeFigures {
     /// Keys its index tracks (`None` until it has opened the index).
     pub keys: Option<usize>,
-    /// Timer jobs waiting in its timer tube (delayed, ready or being fired).
-    pub timers_pending: u64,
+    /// Timer jobs waiting in its timer tube (delayed, ready or being
+    /// fired): the server's figure, `None` in `sprout bridge`.
+    pub timers_pending: Option<u64>,
+    pub punctuality: punctuality::Figures,
 }
 
 impl BridgeFigures {
@@ -151,8 +161,61 @@ impl BridgeFigures {
         let timers = tubes.iter().find(|t| t.name == bridge.timers);
         BridgeFigures {
             keys: bridge.status.keys(),
-            timers_pending: timers.map_or(0, |t| t.ready + t.delayed + t.reserved),
+            timers_pending: Some(timers.map_or(0, |t| t.ready + t.delayed + t.reserved)),
+            punctuality: bridge.status.punctuality(),
         }
+    }
+
+    /// Its families: the gauges, and the punctuality histograms.
+    pub(super) fn encode(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let mut gauge = |name: &str, help: &str, value: f64| -> fmt::Result {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&value)
+        };
+        if let Some(keys) = self.keys {
+            gauge(
+                "sprout_bridge_keys",
+                "Redis keys the bridge tracks",
+                keys as f64,
+            )?;
+        }
+        if let Some(timers) = self.timers_pending {
+            gauge(
+                "sprout_bridge_timers_pending",
+                "Timer jobs of the embedded bridge not yet fired",
+                timers as f64,
+            )?;
+        }
+        let p = &self.punctuality;
+        for (name, help, counts) in [
+            (
+                "sprout_bridge_delivery_lateness_seconds",
+                "Each delivery's lateness: its fired_at_ms minus the key's expiry",
+                &p.lateness,
+            ),
+            (
+                "sprout_bridge_event_to_delivery_seconds",
+                "From Redis's expired event reaching the bridge to the delivery being put (0 when the delivery came first)",
+                &p.event_to_delivery,
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Histogram)?
+                .encode_histogram::<NoLabelSet>(
+                    counts.sum_micros as f64 / 1e6,
+                    counts.count,
+                    &buckets(&punctuality::BOUNDS_MICROS, &counts.buckets),
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for BridgeFigures {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        BridgeFigures::encode(self, &mut encoder)
     }
 }
 
@@ -195,31 +258,18 @@ impl Collector for Snapshot {
         for (tube, age) in oldest {
             metric.encode_family(&label(tube))?.encode_gauge(&age)?;
         }
-        let mut gauge = |name: &str, help: &str, value: f64| -> fmt::Result {
-            encoder
-                .encode_descriptor(name, help, None, MetricType::Gauge)?
-                .encode_gauge(&value)
-        };
         if let Some(bytes) = self.store_bytes {
-            gauge(
-                "sprout_store_disk_bytes",
-                "Bytes of the files under -b DIR",
-                bytes as f64,
-            )?;
+            encoder
+                .encode_descriptor(
+                    "sprout_store_disk_bytes",
+                    "Bytes of the files under -b DIR",
+                    None,
+                    MetricType::Gauge,
+                )?
+                .encode_gauge(&(bytes as f64))?;
         }
         if let Some(bridge) = &self.bridge {
-            if let Some(keys) = bridge.keys {
-                gauge(
-                    "sprout_bridge_keys",
-                    "Redis keys the embedded bridge tracks",
-                    keys as f64,
-                )?;
-            }
-            gauge(
-                "sprout_bridge_timers_pending",
-                "Timer jobs of the embedded bridge not yet fired",
-                bridge.timers_pending as f64,
-            )?;
+            bridge.encode(&mut encoder)?;
         }
         Ok(())
     }
@@ -312,7 +362,7 @@ impl Snapshot {
                     .encode_histogram::<NoLabelSet>(
                         h.sum_micros as f64 / 1e6,
                         h.count,
-                        &buckets(h),
+                        &buckets(&BOUNDS_MICROS, &h.buckets),
                         None,
                     )?;
             }
@@ -325,9 +375,10 @@ fn label(tube: &TubeFigures) -> [(&'static str, &str); 1] {
     [("tube", tube.name.as_str())]
 }
 
-/// (upper bound in seconds, count in that bucket), +Inf last.
-fn buckets(h: &Histogram) -> Vec<(f64, u64)> {
-    let bounds = BOUNDS_MICROS.iter().map(|&b| b as f64 / 1e6);
+/// (upper bound in seconds, count in that bucket) of per-bucket `counts`
+/// over `bounds_micros`, +Inf last.
+fn buckets(bounds_micros: &[u64], counts: &[u64]) -> Vec<(f64, u64)> {
+    let bounds = bounds_micros.iter().map(|&b| b as f64 / 1e6);
     let bounds = bounds.chain(std::iter::once(f64::MAX));
-    bounds.zip(h.buckets.iter().copied()).collect()
+    bounds.zip(counts.iter().copied()).collect()
 }

@@ -44,6 +44,7 @@ mod api;
 mod app;
 mod auth;
 mod batch;
+mod bridge_port;
 mod caller;
 mod client_addr;
 pub(crate) mod config;
@@ -59,6 +60,7 @@ mod timers;
 mod tls_accept;
 
 use app::App;
+pub use bridge_port::serve_bridge_metrics;
 use client_addr::ClientAddr;
 pub use config::{HttpArgs, Options};
 pub use tls_accept::HttpTls;

@@ -46,11 +46,13 @@ impl Allocator {
         }
     }
 
-    /// Measures the disk, allocates journal files while the capacity is
-    /// below what the room wants, removes a spare when there are more than
-    /// three files too many, and keeps the ballast.
+    /// Measures the disk (leaving the ballast what it lacks), allocates
+    /// journal files while the capacity is below what the room wants,
+    /// removes a spare when there are more than three files too many, and
+    /// keeps the ballast.
     pub fn look(&mut self) {
         let journal = &self.journal;
+        journal.set_ballast_missing(self.ballast.missing());
         if let Err(e) = journal.measure_disk() {
             tracing::warn!("cannot measure the disk's free space: {e}");
         }

@@ -85,6 +85,12 @@ impl Ballast {
         Ok(ballast)
     }
 
+    /// The bytes it lacks: all of it once emptied, none when whole.
+    pub fn missing(&self) -> u64 {
+        let allocated = std::fs::metadata(&self.path).map_or(0, |m| m.blocks() * 512);
+        self.size.saturating_sub(allocated)
+    }
+
     /// Allocates the ballast if it is not whole and the disk has room to
     /// spare beyond it (`spare` bytes: sled and the journal come first),
     /// looking at most once a second.
@@ -92,8 +98,7 @@ impl Ballast {
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
             return;
         }
-        let whole = std::fs::metadata(&self.path).is_ok_and(|m| m.blocks() * 512 >= self.size);
-        if whole {
+        if self.missing() == 0 {
             return;
         }
         let store = self.path.parent().unwrap_or(Path::new("."));

@@ -149,6 +149,9 @@ pub struct Journal {
     live: AtomicI64,
     /// What the disk can still give the journal (the keeper measures it).
     allocatable: AtomicI64,
+    /// The bytes the ballast lacks (the allocator says): the journal
+    /// leaves them to it, or the next open on a full disk could fail.
+    ballast_missing: AtomicI64,
     pub kept: i64,
     /// The file being written, for `stats-job`.
     current: AtomicU32,
@@ -204,6 +207,7 @@ impl Journal {
             pending_bytes: AtomicI64::new(0),
             live: AtomicI64::new(start.live),
             allocatable: AtomicI64::new(0),
+            ballast_missing: AtomicI64::new(0),
             kept: room::kept(file_size, max_job_size),
             next_number: AtomicU64::new(start.next_number),
             start_id: start.next_id,

@@ -243,12 +243,22 @@ impl Bridge {
 
     /// Starts `sprout bridge` with `args`, without waiting for anything.
     pub fn spawn(args: &[String]) -> Bridge {
+        Bridge::spawn_logging(args, Some("sprout=info"))
+    }
+
+    /// [`Bridge::spawn`] with `RUST_LOG` set to `filter` (unset: the
+    /// default level, warnings and status lines).
+    pub fn spawn_logging(args: &[String], filter: Option<&str>) -> Bridge {
         let logs = TempDir::new();
         let stderr = std::fs::File::create(logs.path().join("stderr")).expect("stderr file");
-        let child = Command::new(env!("CARGO_BIN_EXE_sprout"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sprout"));
+        match filter {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let child = command
             .arg("bridge")
             .args(args)
-            .env("RUST_LOG", "sprout=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -263,6 +273,11 @@ impl Bridge {
         wait_for_log(&self.logs.path().join("stderr"), needle, || {
             self.child.try_wait().ok().flatten().map(|s| s.to_string())
         });
+    }
+
+    /// What it wrote to stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("stderr")).unwrap_or_default()
     }
 
     pub fn kill9(&mut self) {
@@ -280,7 +295,7 @@ impl Drop for Bridge {
 /// Waits up to 5 s for `needle` in the file at `path`; `exited` says
 /// whether (and how) the process wrote its last.
 #[track_caller]
-fn wait_for_log(path: &Path, needle: &str, mut exited: impl FnMut() -> Option<String>) {
+pub fn wait_for_log(path: &Path, needle: &str, mut exited: impl FnMut() -> Option<String>) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let log = std::fs::read_to_string(path).unwrap_or_default();

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -168,4 +170,31 @@ pub fn program(name: &str) -> Option<PathBuf> {
         eprintln!("skipping: {note}");
     }
     found
+}
+
+/// Runs `promtool check metrics` on `scrape`: (success, its output).
+pub fn promtool(promtool: &std::path::Path, scrape: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(scrape.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text.into_owned())
+}
+
+/// The value of the sample line `name` (labels included) in `scrape`.
+pub fn sample(scrape: &str, name: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }

@@ -28,7 +28,9 @@ impl Journal {
 
     /// How much of the free disk the journal may take: all but what sled
     /// needs to take the journal in (twice its files, and a margin), so the
-    /// journal never wedges the store by filling the disk itself.
+    /// journal never wedges the store by filling the disk itself, and but
+    /// what the ballast lacks (emptied for an open on a full disk, it is
+    /// the first to get its room back).
     pub fn measure_disk(&self) -> io::Result<i64> {
         let free = ballast::free_space(&self.dir)? as i64;
         let files = self.stats.current_index.load(Ordering::Relaxed) + 1
@@ -38,9 +40,15 @@ impl Journal {
                 .load(Ordering::Relaxed)
                 .min(self.stats.current_index.load(Ordering::Relaxed));
         let headroom = room::headroom(files, self.file_size);
-        let allocatable = (free - headroom).max(0);
+        let ballast = self.ballast_missing.load(Ordering::Relaxed);
+        let allocatable = (free - headroom - ballast).max(0);
         self.allocatable.store(allocatable, Ordering::Relaxed);
         Ok(allocatable)
+    }
+
+    /// The allocator's word on the bytes the ballast lacks.
+    pub fn set_ballast_missing(&self, bytes: u64) {
+        self.ballast_missing.store(bytes as i64, Ordering::Relaxed);
     }
 
     /// Makes one journal file of at least `size` bytes now, if the disk

@@ -459,5 +459,19 @@ async fn the_bridge_apart_in_a_real_browser() {
     .await;
     let line = line.as_str().unwrap();
     assert!(line.contains(" · 0 workers · 1 producer · "), "{line}");
+    // A key that expires: one delivery, and its lateness on the card.
+    redis.set_px("session:3", "x", 300);
+    until(&browser, &text_is("#bridge-deliveries b", "1 job")).await;
+    until(
+        &browser,
+        "/^[0-9.]+ (µs|ms|s)$/.test(document.querySelector('#bridge-p50 b').textContent)",
+    )
+    .await;
+    let label = eval(
+        &browser,
+        "document.querySelector('#bridge-p50 span').textContent",
+    )
+    .await;
+    assert_eq!(label, "lateness p50 (last 5 min)");
     browser.close().await.unwrap();
 }

@@ -56,7 +56,7 @@ note "built $image"
 
 # The shipped binary carries no debug info (81 MB of a 99.6 MB binary
 # once): under 15 MB.
-size=$(pod run --rm --entrypoint stat "$image" -c %s /usr/local/bin/sprout)
+size=$(pod run --rm "${limits[@]}" --entrypoint stat "$image" -c %s /usr/local/bin/sprout)
 [ "$size" -lt 15000000 ] || fail "the image's binary is $size bytes, not under 15 MB"
 note "the image's binary: $size bytes"
 

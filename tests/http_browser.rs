@@ -444,6 +444,8 @@ async fn the_bridge_apart_in_a_real_browser() {
         "document.querySelector('#tubes tr[data-tube=\"emails\"]')",
     )
     .await;
+    let columns = "document.querySelectorAll('#timer-tubes thead th').length";
+    assert_eq!(eval(&browser, columns).await, 13, "the tubes' columns");
     // The totals are the user's: one delayed job put, one producer, no
     // worker, though the server counts the bridge's timers and sessions.
     assert_eq!(c.stat("current-jobs-delayed"), "3");

@@ -437,6 +437,7 @@ $("#delete-job").onclick = () => act(async () => {
 $("#body-text").onclick = () => { view.hex = false; refresh(); };
 $("#body-hex").onclick = () => { view.hex = true; refresh(); };
 
+$("#timer-tubes thead").innerHTML = $("#tubes thead").innerHTML;
 window.addEventListener("hashchange", route);
 route();
 setInterval(refresh, 1000);

@@ -278,3 +278,15 @@ fn json_status_lines_and_a_graceful_stop_frees_the_node_id() {
     let moved = Node::start(&nats, "sj", "s0", &json);
     moved.wait_said("joined cluster sj as node s0 (role standby following s1");
 }
+
+#[test]
+fn api_cluster_is_guarded_and_absent_without_a_cluster() {
+    let (_server, mut http) = http_client::start(&["--http-token", "secret"]);
+    assert_eq!(http.get("/api/cluster").0, 401);
+    http.token = Some("secret".into());
+    let (status, body) = http.get("/api/cluster");
+    assert_eq!(
+        (status, &body["error"]),
+        (404, &"not a cluster node (no --cluster)".into())
+    );
+}

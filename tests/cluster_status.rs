@@ -3,8 +3,8 @@
 //! sees; `stats` through a standby names the node that answered;
 //! `/metrics` has a role gauge; `sprout admin cluster` lists the members;
 //! a graceful stop withdraws the node's claim on its id. Real processes:
-//! one nats-server 2.15.1 (`tests/common/nats.rs`), sprout nodes with one
-//! NATS copy and a 1 s lease, on free loopback ports.
+//! nats-server 2.15.1 (`tests/common/nats.rs`) and sprout nodes on free
+//! loopback ports.
 
 mod common;
 mod http_client;
@@ -29,14 +29,13 @@ struct Node {
 
 impl Node {
     /// Starts node `id` at the default log level, plus `extra` flags
-    /// (`--cluster-lease-ms` among them).
+    /// (`--cluster-lease-ms` and `--cluster-replicas` among them).
     fn start(nats: &NatsCluster, name: &str, id: &str, extra: &[&str]) -> Node {
         let (port, http) = (TestServer::free_port(), TestServer::free_port());
         let (p, h) = (port.to_string(), format!("127.0.0.1:{http}"));
         let mut args = vec!["-l", "127.0.0.1", "-p", &p, "--http", &h];
         let urls = nats.urls();
         args.extend(["--cluster", &urls, "--cluster-name", name, "--node-id", id]);
-        args.extend(["--cluster-replicas", "1"]);
         args.extend_from_slice(extra);
         let server = TestServer::spawn(&args, Addr::Tcp(port)).unwrap();
         Node { server, port, http }
@@ -142,7 +141,8 @@ fn admin_lists(node: &Node, n: usize) -> String {
 
 #[test]
 fn a_node_says_its_role_and_members_and_a_standby_names_itself_in_stats() {
-    let Some(nats) = NatsCluster::start(1, "a_node_says_its_role") else {
+    // Three NATS servers: a takeover's races are those of a real cluster.
+    let Some(nats) = NatsCluster::start(3, "a_node_says_its_role") else {
         return;
     };
     let lease = ["--cluster-lease-ms", "1000"];
@@ -153,9 +153,12 @@ fn a_node_says_its_role_and_members_and_a_standby_names_itself_in_stats() {
     s1.wait_said(&format!(
         "joined cluster st as node s1 (role standby following s0 at {a0}, epoch 1)"
     ));
-    let both = format!("cluster members (2): s0 at {a0}, s1 at {a1}");
-    s0.wait_said(&both);
-    s1.wait_said(&both);
+    let s2 = Node::start(&nats, "st", "s2", &lease);
+    let a2 = s2.addr();
+    let all = format!("cluster members (3): s0 at {a0}, s1 at {a1}, s2 at {a2}");
+    for node in [&s0, &s1, &s2] {
+        node.wait_said(&all);
+    }
 
     // stats: the leader's figures, the answering node's name.
     for (node, via, role) in [(&s0, "s0", "leader"), (&s1, "s1", "standby")] {
@@ -198,7 +201,7 @@ fn a_node_says_its_role_and_members_and_a_standby_names_itself_in_stats() {
     }
 
     // `sprout admin cluster`, asked through the standby.
-    let out = admin_lists(&s1, 2);
+    let out = admin_lists(&s1, 3);
     let rows: Vec<Vec<&str>> = out
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -215,20 +218,35 @@ fn a_node_says_its_role_and_members_and_a_standby_names_itself_in_stats() {
         assert!(rows.contains(&row), "{row:?} not in:\n{out}");
     }
 
-    // A takeover: one line, and the race it runs is no warning.
+    // A takeover: two standbys race for it, one line each, and the race
+    // is no warning.
     let mut s0 = s0;
     s0.server.signal(libc::SIGKILL);
     s0.server.wait_exit(Duration::from_secs(5));
-    let said = s1.wait_said("became leader at epoch 2");
-    s1.wait_said(&format!("cluster members (1): s1 at {a1}"));
-    assert!(!said.contains("wrong last sequence"), "{said}");
-    assert_eq!(said.matches("became leader").count(), 1, "{said}");
-    let scrape = s1.metrics();
-    assert_eq!(
-        role_samples(&scrape),
-        ["{role=\"leader\"} 1", "{role=\"standby\"} 0"]
-    );
-    eprintln!("the standby's log:\n{said}");
+    let deadline = Instant::now() + PATIENCE;
+    let (winner, loser) = loop {
+        let led = |n: &Node| n.server.stderr().contains("became leader at epoch 2");
+        match (led(&s1), led(&s2)) {
+            (true, false) => break ((&s1, "s1", &a1), &s2),
+            (false, true) => break ((&s2, "s2", &a2), &s1),
+            (false, false) => assert!(Instant::now() < deadline, "no takeover"),
+            (true, true) => panic!("two leaders at epoch 2"),
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let (leader, id, addr) = winner;
+    loser.wait_said(&format!("following {id} at {addr} (epoch 2)"));
+    for node in [leader, loser] {
+        let said = node.wait_said("cluster members (2)");
+        assert!(!said.contains("wrong last sequence"), "{said}");
+        assert!(said.matches("became leader").count() <= 1, "{said}");
+        assert!(said.matches("(epoch 2)").count() <= 1, "{said}");
+    }
+    let scrape = leader.metrics();
+    let want = ["{role=\"leader\"} 1", "{role=\"standby\"} 0"];
+    assert_eq!(role_samples(&scrape), want);
+    eprintln!("the new leader's log:\n{}", leader.server.stderr());
+    eprintln!("the other standby's log:\n{}", loser.server.stderr());
 }
 
 #[test]
@@ -239,6 +257,7 @@ fn json_status_lines_and_a_graceful_stop_frees_the_node_id() {
     // A lease long enough that a claim left behind would still be there
     // when the same id starts again.
     let json = ["--log-format", "json", "--cluster-lease-ms", "5000"];
+    let json = [&json[..], &["--cluster-replicas", "1"]].concat();
     let s0 = Node::start(&nats, "sj", "s0", &json);
     let said = s0.wait_said("joined cluster sj as node s0");
     let line = said.lines().find(|l| l.contains("joined cluster")).unwrap();

@@ -411,9 +411,7 @@ impl Server {
         })
         .await?;
         if let Some(side) = &self.cluster {
-            side.stop();
-            // The lease's release, briefly.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            side.stop().await;
         }
         Ok(())
     }

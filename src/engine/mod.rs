@@ -64,8 +64,8 @@ use host::Host;
 pub use job::State;
 pub use journal::{Extras, JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
-pub use stats::ClusterStats;
 use stats::Stats;
+pub use stats::{via_lines, ClusterStats, VIA_NODE, VIA_ROLE};
 use table::{JobSlot, JobTable};
 use timers::{TimerKey, Timers};
 use tube::Tubes;
@@ -181,6 +181,11 @@ impl Engine {
     /// back are recorded too (see [`Engine::restore`]).
     pub fn set_cluster(&mut self, cluster: ClusterStats) {
         self.cluster = Some(cluster);
+    }
+
+    /// This node's cluster as [`Engine::set_cluster`] last set it.
+    pub fn cluster(&self) -> Option<&ClusterStats> {
+        self.cluster.as_ref()
     }
 
     /// A new client: it uses and watches `default`.

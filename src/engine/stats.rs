@@ -62,7 +62,8 @@ pub(super) struct ServerFacts<'a> {
     pub(super) cluster: Option<&'a ClusterStats>,
 }
 
-/// A cluster node's lines in `stats`, after beanstalkd's own keys.
+/// A cluster node's lines in `stats`, after beanstalkd's own keys, and
+/// the members it sees (for `/api/cluster`, not in `stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterStats {
     pub name: String,
@@ -73,7 +74,21 @@ pub struct ClusterStats {
     pub leader: String,
     /// Counts takeovers: each leader's is one more.
     pub epoch: u64,
+    /// Every node's id and advertised address, from their claims.
+    pub members: Vec<(String, String)>,
 }
+
+/// The last lines of a cluster node's `stats`: the node that answered.
+/// The leader's own name itself; a standby that passes a client's `stats`
+/// on puts its own in their place (`cluster/via.rs`), so a client can
+/// tell which node it reached while the figures stay the leader's.
+pub fn via_lines(node: &str, role: &str) -> String {
+    format!("{VIA_NODE}: \"{node}\"\n{VIA_ROLE}: {role}\n")
+}
+
+/// The keys of [`via_lines`].
+pub const VIA_NODE: &str = "cluster-via-node";
+pub const VIA_ROLE: &str = "cluster-via-role";
 
 /// The `stats` document.
 pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
@@ -146,6 +161,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
         line("cluster-role", &c.role);
         line("cluster-leader", &Quoted(&c.leader));
         line("cluster-epoch", &c.epoch);
+        out.push_str(&via_lines(&c.node, c.role));
     }
     finish(out)
 }

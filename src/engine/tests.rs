@@ -1548,6 +1548,7 @@ fn clustered(role: &'static str) -> Engine {
         role,
         leader: String::new(),
         epoch: 1,
+        members: Vec::new(),
     });
     e
 }

@@ -48,6 +48,7 @@ pub fn routes(max_job_size: u32) -> Router<Arc<App>> {
     let limit = (max_job_size as usize / 3 + 1) * 4 + 64 * 1024;
     Router::new()
         .route("/api/server", get(server))
+        .route("/api/cluster", get(cluster))
         .route("/api/history", get(history))
         .route("/api/tubes", get(tubes))
         .route("/api/tubes/{tube}", get(tube))
@@ -119,6 +120,37 @@ fn cursor_text(c: Cursor) -> String {
 
 fn seconds(micros: u64) -> f64 {
     micros as f64 / 1e6
+}
+
+/// `GET /api/cluster`: this node and its part, the leader (its address,
+/// and its id as the members name it) and epoch, and every member with
+/// its role. 404 on a server that is not a cluster node.
+async fn cluster(State(app): State<Arc<App>>) -> Reply {
+    let Some(c) = app.read(|engine, _| engine.cluster().cloned())? else {
+        return Err(ApiError::not_found("not a cluster node (no --cluster)"));
+    };
+    let role = |addr: &str| {
+        if addr == c.leader {
+            "leader"
+        } else {
+            "standby"
+        }
+    };
+    let members: Vec<Value> = c
+        .members
+        .iter()
+        .map(|(node, addr)| json!({ "node": node, "addr": addr, "role": role(addr) }))
+        .collect();
+    let leader_node = c.members.iter().find(|(_, addr)| *addr == c.leader);
+    ok(json!({
+        "name": c.name,
+        "node": c.node,
+        "role": c.role,
+        "leader": c.leader,
+        "leader_node": leader_node.map(|(node, _)| node),
+        "epoch": c.epoch,
+        "members": members,
+    }))
 }
 
 /// A stats document as a JSON object: keys with `_` for `-`, numbers as

@@ -21,6 +21,8 @@
 //! supervisor or a closed terminal may rely on that), so a server started
 //! without TLS flags behaves to signals exactly as before.
 
+pub mod start;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;

@@ -1039,9 +1039,9 @@ fn disconnect_of_a_waiter_removes_it() {
 fn cancel_wait_stops_waiting() {
     let mut e = engine();
     let (w, p) = (e.connect(), e.connect());
-    assert!(!e.cancel_wait(w));
+    assert_eq!(e.cancel_wait(w), None);
     assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
-    assert!(e.cancel_wait(w));
+    assert_eq!(e.cancel_wait(w), Some(sprout_protocol::Response::TimedOut));
     put_ready(&mut e, p, 0, 0);
     assert!(wakeups(&mut e).is_empty());
 }

@@ -1111,3 +1111,40 @@ fn reserve_batch_with_a_timeout_answers_deadline_soon() {
     w.exchange(b"reserve-batch 5 10\r\n", b"DEADLINE_SOON\r\n");
     w.exchange(b"reserve-batch 5\r\n", b"RESERVED_BATCH 0\r\n");
 }
+
+/// sprout only (cluster mode, real nats-server): held `aft:` jobs, one
+/// held when its delay ended, stay held on the new leader after a kill -9
+/// of the old one, although their group's member was reserved and
+/// released meanwhile (each a record the standbys apply by replacing the
+/// job); the member's delete releases them there.
+#[test]
+fn aft_holds_survive_failover() {
+    if !sprout_only("aft_holds_survive_failover") {
+        return;
+    }
+    let Some(nats) = common::nats::NatsCluster::start(3, "aft_holds_survive_failover") else {
+        return;
+    };
+    let mut sprouts = common::sprouts::Sprouts::start(&nats, "aft", 3);
+    let old = sprouts.wait_leader(Duration::from_secs(30));
+    let mut c = common::Client::tcp(sprouts.ports[old]);
+    c.exchange(&put("grp:g", "m"), b"INSERTED 1\r\n");
+    c.exchange(&put("aft:g", "a"), b"INSERTED 2\r\n");
+    c.exchange(b"put 0 0.2 30 1 aft:g\r\nb\r\n", b"INSERTED 3\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nm\r\n");
+    c.exchange(b"release 1 0 0\r\n", b"RELEASED\r\n");
+    std::thread::sleep(MS(500));
+    c.exchange(b"stats-group g\r\n", &{
+        let doc = "---\nname: \"g\"\npending: 1\nburied: 0\ncomplete: false\nwaiting-jobs: 2\n";
+        format!("OK {}\r\n{doc}\r\n", doc.len()).into_bytes()
+    });
+    sprouts.kill9(old);
+    let new = sprouts.wait_leader(Duration::from_secs(30));
+    let mut c = common::Client::tcp(sprouts.ports[new]);
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nm\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 0\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\na\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\nb\r\n");
+}

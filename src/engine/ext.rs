@@ -258,9 +258,9 @@ impl Engine {
         self.is_held(slot) || self.aft_pending(slot)
     }
 
-    /// Job `slot` leaves its group. A delete (`release`) makes the group's
-    /// held jobs ready at once if it was the last member; a job forgotten
-    /// leaves that to the next tick ([`Engine::release_unsettled`]).
+    /// Job `slot` leaves its group. If it was the last member, the group's
+    /// held jobs become ready: at once with `release` (a delete), else at
+    /// the next tick (a job forgotten: [`Engine::release_unsettled`]).
     fn leave_group(&mut self, slot: JobSlot, tags: &Tags, release: bool) {
         if let Some(name) = &tags.grp {
             let Some(g) = self.ext.groups.get_mut(name) else {
@@ -312,9 +312,9 @@ impl Engine {
         }
     }
 
-    /// Whether a restored `aft:` job in state `stored` is held: its delay
-    /// is over (or it was held). Released at the first tick if its group
-    /// has no member by then.
+    /// Whether the job of `image`, restored, is held: an `aft:` job whose
+    /// delay is over (or that was held). Released at the first tick if its
+    /// group has no member by then.
     pub(super) fn restores_held(&self, image: &JobImage) -> bool {
         let aft = image.ext.as_ref().is_some_and(|e| e.tags.aft.is_some());
         aft && matches!(image.state, Stored::Delayed(until) if until <= self.now || until == HELD)

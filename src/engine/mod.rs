@@ -334,8 +334,10 @@ impl Engine {
 
     /// Puts back a job from the store at startup, in its stored state: a
     /// reserved job comes back ready, a delayed job whose moment passed
-    /// while the server was down comes back ready. Call in bury order for
-    /// buried jobs; ids issued later are above every restored one.
+    /// while the server was down comes back ready (an `aft:` job held,
+    /// until the first tick finds its group empty: `ext.rs`). Call in bury
+    /// order for buried jobs; ids issued later are above every restored
+    /// one.
     ///
     /// In cluster mode (a standby following its leader) a reserved job is
     /// held by [`DEPARTED`] until its stored deadline instead, then times

@@ -78,6 +78,9 @@ pub enum AdminCommand {
     Kick { tube: String, bound: u32 },
     /// Kick one buried or delayed job.
     KickJob { id: String },
+    /// Run an `aft:` job now although its group has members: the one way
+    /// past the dependency (kicks leave it held).
+    ReleaseHold { id: String },
     /// Delete one job (not a reserved one).
     Delete { id: String },
     /// Delete every job of a tube in a state (ready, delayed or buried).
@@ -170,6 +173,11 @@ fn request(command: &AdminCommand) -> Request {
         AdminCommand::KickJob { id } => (
             "POST",
             format!("/api/jobs/{}/kick", percent::encode(id)),
+            Some(json!({})),
+        ),
+        AdminCommand::ReleaseHold { id } => (
+            "POST",
+            format!("/api/jobs/{}/release-hold", percent::encode(id)),
             Some(json!({})),
         ),
         AdminCommand::Delete { id } => {
@@ -529,7 +537,7 @@ mod tests {
             after: Some("1.2".into()),
         };
         // (command, method, path, body)
-        let table: [(AdminCommand, &str, &str, Option<Value>); 4] = [
+        let table: [(AdminCommand, &str, &str, Option<Value>); 5] = [
             (
                 flush,
                 "POST",
@@ -547,6 +555,12 @@ mod tests {
                 "DELETE",
                 "/api/jobs/7",
                 None,
+            ),
+            (
+                AdminCommand::ReleaseHold { id: "7".into() },
+                "POST",
+                "/api/jobs/7/release-hold",
+                Some(json!({})),
             ),
             (
                 AdminCommand::Kick {

@@ -26,7 +26,7 @@ const SECOND: Time = 1_000_000;
 /// in [`JobRow`].
 #[derive(Clone, Default)]
 pub(super) struct Stats {
-    ops: [u64; Op::ALL.len()],
+    ops: OpCounts,
     pub(super) urgent: u64,
     pub(super) ready: u64,
     pub(super) reserved: u64,
@@ -44,11 +44,22 @@ pub(super) struct Stats {
 impl Stats {
     /// Counts one command of kind `op` (`cmd-*`).
     pub(super) fn count(&mut self, op: Op) {
-        self.ops[op as usize] += 1;
+        self.ops.0[op as usize] += 1;
     }
 
     fn op(&self, op: Op) -> u64 {
-        self.ops[op as usize]
+        self.ops.0[op as usize]
+    }
+}
+
+/// By [`Op`]: how many commands of each kind (more than the 32 an array
+/// derives `Default` for).
+#[derive(Clone)]
+struct OpCounts([u64; Op::ALL.len()]);
+
+impl Default for OpCounts {
+    fn default() -> Self {
+        OpCounts([0; Op::ALL.len()])
     }
 }
 

@@ -54,7 +54,7 @@ pub fn need(method: &Method, route: &str) -> Need {
         (false, "/api/tubes/{tube}/jobs") if method == Method::POST => (Produce, Tube),
         (true, "/api/jobs/{id}" | "/api/jobs/{id}/body") => (Inspect, Job),
         (false, "/api/jobs/{id}") if method == Method::DELETE => (Admin, Job),
-        (false, "/api/jobs/{id}/kick") => (Admin, Job),
+        (false, "/api/jobs/{id}/kick" | "/api/jobs/{id}/release-hold") => (Admin, Job),
         (false, route) if route.starts_with("/api/tubes/{tube}/") => (Admin, Tube),
         _ => (Admin, Everywhere),
     };
@@ -89,6 +89,7 @@ mod tests {
             (Method::GET, "/api/jobs/{id}/body", Inspect, Job),
             (Method::DELETE, "/api/jobs/{id}", Admin, Job),
             (Method::POST, "/api/jobs/{id}/kick", Admin, Job),
+            (Method::POST, "/api/jobs/{id}/release-hold", Admin, Job),
             // Not listed: closed.
             (Method::POST, "/api/server", Admin, Everywhere),
             (Method::PUT, "/api/jobs/{id}", Admin, Everywhere),

@@ -50,6 +50,9 @@ pub struct AdminArgs {
 pub enum AdminCommand {
     /// The server's `stats`.
     Server,
+    /// A cluster node's view: its members with their roles, the leader
+    /// and its epoch.
+    Cluster,
     /// Every tube with its counts.
     Tubes,
     /// A page of a tube's jobs in one state (in that state's order).
@@ -75,6 +78,9 @@ pub enum AdminCommand {
     Kick { tube: String, bound: u32 },
     /// Kick one buried or delayed job.
     KickJob { id: String },
+    /// Run an `aft:` job now although its group has members: the one way
+    /// past the dependency (kicks leave it held).
+    ReleaseHold { id: String },
     /// Delete one job (not a reserved one).
     Delete { id: String },
     /// Delete every job of a tube in a state (ready, delayed or buried).
@@ -137,6 +143,7 @@ fn request(command: &AdminCommand) -> Request {
     let tube_path = |tube: &str, rest: &str| format!("/api/tubes/{}{rest}", percent::encode(tube));
     match command {
         AdminCommand::Server => ("GET", "/api/server".into(), None),
+        AdminCommand::Cluster => ("GET", "/api/cluster".into(), None),
         AdminCommand::Tubes => ("GET", "/api/tubes".into(), None),
         AdminCommand::Jobs {
             tube,
@@ -166,6 +173,11 @@ fn request(command: &AdminCommand) -> Request {
         AdminCommand::KickJob { id } => (
             "POST",
             format!("/api/jobs/{}/kick", percent::encode(id)),
+            Some(json!({})),
+        ),
+        AdminCommand::ReleaseHold { id } => (
+            "POST",
+            format!("/api/jobs/{}/release-hold", percent::encode(id)),
             Some(json!({})),
         ),
         AdminCommand::Delete { id } => {
@@ -294,6 +306,7 @@ fn tls_config(ca: Option<&std::path::Path>) -> Result<ureq::tls::TlsConfig, Stri
 fn human(command: &AdminCommand, answer: &Value) -> String {
     match command {
         AdminCommand::Server => key_values(&answer["stats"]),
+        AdminCommand::Cluster => cluster_view(answer),
         AdminCommand::Tubes => {
             let columns = [
                 ("tube", "name"),
@@ -361,6 +374,29 @@ fn human(command: &AdminCommand, answer: &Value) -> String {
             format!("{}\n", pairs.join(", "))
         }
     }
+}
+
+/// `cluster`: the cluster, the leader and its epoch, the node asked, then
+/// a table of the members.
+fn cluster_view(answer: &Value) -> String {
+    let leader = match &answer["leader_node"] {
+        Value::String(node) => format!("{node} at {}", plain(&answer["leader"])),
+        _ => plain(&answer["leader"]),
+    };
+    let asked = format!("{} ({})", plain(&answer["node"]), plain(&answer["role"]));
+    let summary = [
+        ("cluster", plain(&answer["name"])),
+        ("leader", leader),
+        ("epoch", plain(&answer["epoch"])),
+        ("asked", asked),
+    ];
+    let summary: String = summary
+        .iter()
+        .map(|(k, v)| format!("{k:7}  {v}\n"))
+        .collect();
+    let columns = [("node", "node"), ("address", "addr"), ("role", "role")];
+    let members = answer["members"].as_array().map_or(&[][..], Vec::as_slice);
+    format!("{summary}\n{}", table(&columns, members))
 }
 
 /// How much of a body `job` shows: a screenful, not a terminal flooded
@@ -512,7 +548,7 @@ mod tests {
             after: Some("1.2".into()),
         };
         // (command, method, path, body)
-        let table: [(AdminCommand, &str, &str, Option<Value>); 4] = [
+        let table: [(AdminCommand, &str, &str, Option<Value>); 5] = [
             (
                 flush,
                 "POST",
@@ -530,6 +566,12 @@ mod tests {
                 "DELETE",
                 "/api/jobs/7",
                 None,
+            ),
+            (
+                AdminCommand::ReleaseHold { id: "7".into() },
+                "POST",
+                "/api/jobs/7/release-hold",
+                Some(json!({})),
             ),
             (
                 AdminCommand::Kick {

@@ -353,8 +353,8 @@ where
         let letter = match self.mailbox.try_recv() {
             Ok(letter) => letter,
             Err(_) => {
-                state.engine.cancel_wait(self.id);
-                (Response::TimedOut, Submission::default())
+                let answer = state.engine.cancel_wait(self.id);
+                (answer.unwrap_or(Response::TimedOut), Submission::default())
             }
         };
         drop(state);

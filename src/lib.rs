@@ -48,7 +48,10 @@
 //!   to its peer listener, saying who each client is:
 //!   `cluster/peers.rs`); its map opens `cluster/mod.rs`.
 //! * [`cli`]: beanstalkd's flags and sprout's own. [`server`]: listeners,
-//!   the accept loop, signals, recovery at startup, shutdown. [`admin`]:
+//!   the accept loop, signals, recovery at startup, shutdown; and the one
+//!   place the parts are wired together, `server/start.rs` (flags checked
+//!   before anything is bound, then ports, store or cluster, the embedded
+//!   bridge; `sprout bridge` too), which only `main.rs` calls. [`admin`]:
 //!   `sprout admin`, a shell client of the HTTP API. [`malloc`]: glibc's
 //!   allocator kept lean in `sprout bridge` and a server with `-b`.
 //!

@@ -21,6 +21,8 @@
 //! supervisor or a closed terminal may rely on that), so a server started
 //! without TLS flags behaves to signals exactly as before.
 
+pub mod start;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -411,9 +413,7 @@ impl Server {
         })
         .await?;
         if let Some(side) = &self.cluster {
-            side.stop();
-            // The lease's release, briefly.
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            side.stop().await;
         }
         Ok(())
     }

@@ -1,7 +1,9 @@
 //! The standby's relay against real sprout servers: a client talking
 //! through it gets the very bytes it would get from the leader directly
 //! (over TCP and a unix socket, pipelined or not, half-closed or not), and
-//! sees its connection close when the leader goes away.
+//! sees its connection close when the leader goes away. A relay that
+//! marks `stats` answers (`cluster/via.rs`) passes every other byte the
+//! same.
 
 mod common;
 
@@ -13,6 +15,7 @@ use std::time::Duration;
 
 use common::{Client, TempDir, TestServer};
 use sprout::cluster::relay::{relay, Relayed, CONNECT_TIMEOUT};
+use sprout::cluster::via::Via;
 use tokio::sync::mpsc;
 
 /// A relay listening on loopback TCP and a unix socket, passing every
@@ -27,6 +30,11 @@ struct TestRelay {
 
 impl TestRelay {
     fn start(leader: String) -> TestRelay {
+        TestRelay::marking(leader, None)
+    }
+
+    /// A relay that marks `stats` answers as `via`'s, given one.
+    fn marking(leader: String, via: Option<Via>) -> TestRelay {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -42,23 +50,25 @@ impl TestRelay {
             )
         });
         let port = tcp.local_addr().unwrap().port();
-        let (leader2, tx2) = (leader.clone(), tx.clone());
+        let (leader2, tx2, via2) = (leader.clone(), tx.clone(), via.clone());
         rt.spawn(async move {
             loop {
                 let (client, _) = tcp.accept().await.unwrap();
                 client.set_nodelay(true).unwrap();
-                let (leader, tx) = (leader.clone(), tx.clone());
+                let (leader, tx, via) = (leader.clone(), tx.clone(), via.clone());
                 tokio::spawn(async move {
-                    let _ = tx.send(relay(client, &leader, CONNECT_TIMEOUT).await);
+                    let relayed = relay(client, &leader, CONNECT_TIMEOUT, via.as_ref());
+                    let _ = tx.send(relayed.await);
                 });
             }
         });
         rt.spawn(async move {
             loop {
                 let (client, _) = unix.accept().await.unwrap();
-                let (leader, tx) = (leader2.clone(), tx2.clone());
+                let (leader, tx, via) = (leader2.clone(), tx2.clone(), via2.clone());
                 tokio::spawn(async move {
-                    let _ = tx.send(relay(client, &leader, CONNECT_TIMEOUT).await);
+                    let relayed = relay(client, &leader, CONNECT_TIMEOUT, via.as_ref());
+                    let _ = tx.send(relayed.await);
                 });
             }
         });
@@ -140,10 +150,13 @@ fn replies_through_the_relay_are_byte_identical() {
         common::show(&want)
     );
 
-    // A fresh leader for each client, so the job ids match.
-    for via in ["tcp", "tcp half-closed", "unix", "unix half-closed"] {
+    // A fresh leader for each client, so the job ids match; relays that
+    // mark `stats` answers and relays that do not.
+    let kinds = ["tcp", "tcp half-closed", "unix", "unix half-closed"];
+    for (via, marks) in kinds.iter().flat_map(|k| [(*k, false), (*k, true)]) {
         let leader = TestServer::start(&[]);
-        let mut relay = TestRelay::start(leader_of(&leader));
+        let mark = marks.then(standby);
+        let mut relay = TestRelay::marking(leader_of(&leader), mark);
         let got = match via {
             "tcp" => transcript(tcp(relay.port), &input, |_| {}),
             "tcp half-closed" => transcript(tcp(relay.port), &script(), |s| {
@@ -154,7 +167,7 @@ fn replies_through_the_relay_are_byte_identical() {
                 s.shutdown(Shutdown::Write).unwrap()
             }),
         };
-        assert!(got == want, "{via}: got \"{}\"", common::show(&got));
+        assert!(got == want, "{via} {marks}: got \"{}\"", common::show(&got));
         let counts = relay.finished().unwrap();
         assert_eq!(counts.to_client, want.len() as u64, "{via}");
         let sent = if via.contains("half") {
@@ -164,6 +177,41 @@ fn replies_through_the_relay_are_byte_identical() {
         };
         assert_eq!(counts.to_leader, sent as u64, "{via}");
     }
+}
+
+/// Who a marking relay says it is.
+fn standby() -> Via {
+    Via {
+        node: "n2".into(),
+        max_job_size: 65_535,
+    }
+}
+
+#[test]
+fn a_stats_answer_names_the_relaying_node() {
+    let leader = TestServer::start(&[]);
+    let mut direct = Client::tcp(leader.port());
+    let relay = TestRelay::marking(leader_of(&leader), Some(standby()));
+    let mut c = Client::tcp(relay.port);
+    // `ok_body` checks the byte count; `stats_of` the YAML's form.
+    let stats = c.stats_of("stats");
+    let tail: Vec<&(String, String)> = stats.iter().rev().take(2).collect();
+    let want = [
+        ("cluster-via-role", "standby"),
+        ("cluster-via-node", "\"n2\""),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(tail, want.iter().collect::<Vec<_>>(), "{stats:?}");
+    // The leader's own keys, all of them, before.
+    let own = direct.stats_of("stats");
+    let keys = |s: &[(String, String)]| s.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(keys(&stats)[..stats.len() - 2], keys(&own)[..]);
+    // Other answers with YAML in them are not touched.
+    let list = c.ok_body(b"list-tubes\r\n");
+    assert_eq!(list, "---\n- default\n");
 }
 
 #[test]

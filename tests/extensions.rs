@@ -15,7 +15,9 @@
 //!   swallowing the next command.
 //!
 //! The second part is tuber's dialect (`tuberq/tuber`, `docs/protocol.md`):
-//! `put` tags and the batch commands. Those tests also run against tuber
+//! `put` tags, the batch commands, `drain` and `undrain`; and what tuber
+//! added after 0.5.6 (`flush-buried`, `reserve-batch`'s timeout), sprout
+//! only here since the differential run is against 0.5.6. Those tests also run against tuber
 //! itself, `SPROUT_TEST_BINARY=benches/tuber-wrap.sh TUBER=/path/to/tuber
 //! SPROUT_TEST_TUBER=1`, so the bytes are tuber's; against any other server
 //! (beanstalkd has none of it) they skip. Where sprout differs from tuber
@@ -766,4 +768,383 @@ fn stats_job_shows_the_tags() {
         ),
         "{tagged}"
     );
+}
+
+/// Issue 32: an `aft:` job put with a delay is held, not ready, when its
+/// delay ends while its group has members; a release of the group makes a
+/// held job ready, and leaves a job whose delay has not ended delayed.
+#[test]
+fn a_delayed_aft_job_is_held_when_its_delay_ends() {
+    if !dialect("a_delayed_aft_job_is_held_when_its_delay_ends") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    let mut w = s.connect();
+    c.exchange(&put("grp:imp", "r1"), b"INSERTED 1\r\n");
+    c.exchange(b"put 0 1 30 3 aft:imp\r\nsum\r\n", b"INSERTED 2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 2\r\nr1\r\n");
+    // The delay ends a second later; the job is held, not handed over.
+    w.send(b"reserve-with-timeout 5\r\n");
+    w.expect_silence(MS(1500));
+    c.exchange(b"stats-group imp\r\n", &group_stats(1, 0, 1));
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    w.expect(b"RESERVED 2 3\r\nsum\r\n");
+    // Released while its delay runs: it stays delayed until then.
+    c.exchange(&put("grp:imp", "r3"), b"INSERTED 3\r\n");
+    c.exchange(b"put 0 60 30 1 aft:imp\r\nd\r\n", b"INSERTED 4\r\n");
+    c.exchange(b"delete 3\r\n", b"DELETED\r\n");
+    c.exchange(b"peek-delayed\r\n", b"FOUND 4 1\r\nd\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+}
+
+/// sprout only (issue 32; tuber 0.5.6 kicks both, against its own docs):
+/// `kick` passes over a held `aft:` job and over a delayed one whose group
+/// has members, counting only the jobs it moved; `kick-job` answers
+/// NOT_FOUND for both, as `reserve-job` does.
+#[test]
+fn kicks_leave_an_aft_job_whose_group_has_members() {
+    if !sprout_only("kicks_leave_an_aft_job_whose_group_has_members") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(&put("grp:g", "m"), b"INSERTED 1\r\n");
+    c.exchange(b"put 0 60 30 1 aft:g\r\nd\r\n", b"INSERTED 2\r\n");
+    c.exchange(&put("aft:g", "h"), b"INSERTED 3\r\n");
+    c.exchange(b"put 0 60 30 1\r\nx\r\n", b"INSERTED 4\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 1\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 0\r\n");
+    c.exchange(b"kick-job 2\r\n", b"NOT_FOUND\r\n");
+    c.exchange(b"kick-job 3\r\n", b"NOT_FOUND\r\n");
+    c.exchange(b"reserve-job 3\r\n", b"NOT_FOUND\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nm\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\nx\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    // The group's release: the held job is ready, the delayed one kickable.
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\nh\r\n");
+    c.exchange(b"peek-delayed\r\n", b"FOUND 2 1\r\nd\r\n");
+    c.exchange(b"kick-job 2\r\n", b"KICKED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nd\r\n");
+}
+
+/// sprout only (kill -9): a delayed `aft:` job held when its delay ended
+/// stays held after a restart, and one whose delay ends while the server
+/// is down comes back held too; each is ready once its group empties.
+#[test]
+fn delayed_aft_holds_survive_kill_9() {
+    if !sprout_only("delayed_aft_holds_survive_kill_9") {
+        return;
+    }
+    let dir = TempDir::new();
+    let mut s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(&put("grp:g", "m1"), b"INSERTED 1\r\n");
+    c.exchange(b"put 0 0.2 30 1 aft:g\r\na\r\n", b"INSERTED 2\r\n");
+    std::thread::sleep(MS(400));
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 2\r\nm1\r\n");
+    c.exchange(b"release 1 0 0\r\n", b"RELEASED\r\n");
+    c.exchange(&put("grp:h", "m2"), b"INSERTED 3\r\n");
+    c.exchange(b"put 0 0.3 30 1 aft:h\r\nb\r\n", b"INSERTED 4\r\n");
+    s.kill9();
+    std::thread::sleep(MS(400));
+    let s = TestServer::start_with_store(dir.path(), &[]);
+    let mut c = s.connect();
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 2\r\nm1\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 2\r\nm2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 0\r\n");
+    c.exchange(b"delete 3\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\nb\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\na\r\n");
+}
+
+/// Runs `sprout admin --http ADDR --token ops ARGS…`: (success, stdout +
+/// stderr).
+fn sprout_admin(addr: &str, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(common::binary())
+        .args(["admin", "--http", addr, "--token", "ops-token"])
+        .args(args)
+        .output()
+        .expect("sprout admin runs");
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text.into_owned())
+}
+
+/// `sprout hash-token` of `token`.
+fn hash(token: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new(common::binary())
+        .arg("hash-token")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("sprout hash-token runs");
+    let mut stdin = child.stdin.take().expect("piped");
+    stdin.write_all(token.as_bytes()).expect("written");
+    drop(stdin);
+    let out = child.wait_with_output().expect("it ends");
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_owned()
+}
+
+/// A server under `--auth`: `ops` may do everything, `worker` may only
+/// produce and consume.
+fn start_with_policy(dir: &TempDir, extra: &[&str]) -> TestServer {
+    let policy = format!(
+        "[[principal]]\nname = \"ops\"\ntokens = [\"{}\"]\n\
+         grants = [{{ tubes = [\"*\"], actions = [\"produce\", \"consume\", \"inspect\", \"admin\"] }}]\n\n\
+         [[principal]]\nname = \"worker\"\ntokens = [\"{}\"]\n\
+         grants = [{{ tubes = [\"*\"], actions = [\"produce\", \"consume\"] }}]\n",
+        hash("ops-token"),
+        hash("worker-token")
+    );
+    let file = dir.path().join("policy.toml");
+    std::fs::write(&file, policy).expect("policy written");
+    let mut args = vec!["--auth", file.to_str().expect("UTF-8")];
+    args.extend_from_slice(extra);
+    TestServer::start(&args)
+}
+
+/// sprout only (issue 32): the admin API's kick leaves a held job too;
+/// its release of the hold (`sprout admin release-hold`) is the override,
+/// in the audit trail like every change through the port.
+#[test]
+fn an_admin_releases_a_hold_and_the_audit_trail_says_so() {
+    if !sprout_only("an_admin_releases_a_hold_and_the_audit_trail_says_so") {
+        return;
+    }
+    let dir = TempDir::new();
+    let addr = format!("127.0.0.1:{}", TestServer::free_port());
+    let s = start_with_policy(&dir, &["--http", &addr]);
+    let mut c = s.connect();
+    c.exchange(b"auth worker-token\r\n", b"AUTHENTICATED\r\n");
+    c.exchange(&put("grp:g", "m"), b"INSERTED 1\r\n");
+    c.exchange(&put("aft:g", "h"), b"INSERTED 2\r\n");
+    c.exchange(&put("aft:g", "k"), b"INSERTED 3\r\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sprout_admin(&addr, &["server"]).0 && Instant::now() < deadline {
+        std::thread::sleep(MS(50));
+    }
+    let (ok, out) = sprout_admin(&addr, &["kick-job", "2"]);
+    assert!(!ok && out.contains("aft: group"), "{out}");
+    let (ok, out) = sprout_admin(&addr, &["release-hold", "1"]);
+    assert!(!ok && out.contains("not held"), "{out}");
+    let (ok, out) = sprout_admin(&addr, &["release-hold", "2"]);
+    assert!(ok, "{out}");
+    c.exchange(b"reserve-job 2\r\n", b"RESERVED 2 1\r\nh\r\n");
+    c.exchange(b"reserve-job 3\r\n", b"NOT_FOUND\r\n");
+    let seen = |log: &str| log.contains("POST /api/jobs/2/release-hold");
+    while !seen(&s.stderr()) && Instant::now() < deadline {
+        std::thread::sleep(MS(20));
+    }
+    let log = s.stderr();
+    let line = log
+        .lines()
+        .find(|l| seen(l))
+        .unwrap_or_else(|| panic!("no audit line: {log}"));
+    assert!(
+        line.contains("sprout::audit") && line.contains("200"),
+        "{line}"
+    );
+    assert!(line.contains("ops"), "{line}");
+}
+
+/// Under `--auth`, `drain` and `undrain` need `admin` on every tube.
+#[test]
+fn drain_is_for_admins() {
+    if !sprout_only("drain_is_for_admins") {
+        return;
+    }
+    let dir = TempDir::new();
+    let s = start_with_policy(&dir, &[]);
+    let mut worker = s.connect();
+    worker.exchange(b"auth worker-token\r\n", b"AUTHENTICATED\r\n");
+    worker.exchange(b"drain\r\n", b"FORBIDDEN\r\n");
+    let mut ops = s.connect();
+    ops.exchange(b"auth ops-token\r\n", b"AUTHENTICATED\r\n");
+    ops.exchange(b"drain\r\n", b"DRAINING\r\n");
+    worker.exchange(b"undrain\r\n", b"FORBIDDEN\r\n");
+    worker.exchange(b"put 0 0 30 1\r\nx\r\n", b"DRAINING\r\n");
+    ops.exchange(b"undrain\r\n", b"NOT_DRAINING\r\n");
+}
+
+/// tuber's `drain` and `undrain`: what SIGUSR1 does, and its undoing.
+#[test]
+fn drain_and_undrain() {
+    if !dialect("drain_and_undrain") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(b"put 0 0 30 1\r\na\r\n", b"INSERTED 1\r\n");
+    c.exchange(b"drain\r\n", b"DRAINING\r\n");
+    c.exchange(b"drain\r\n", b"DRAINING\r\n");
+    c.exchange(b"put 0 0 30 1\r\nb\r\n", b"DRAINING\r\n");
+    // Workers still finish what is queued.
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"undrain\r\n", b"NOT_DRAINING\r\n");
+    c.exchange(b"undrain\r\n", b"NOT_DRAINING\r\n");
+    c.send(b"put 0 0 30 1\r\nc\r\n");
+    assert!(c.expect_line().starts_with("INSERTED "));
+}
+
+/// tuber 0.9's `flush-buried <tube>` (sprout only here: tuber 0.5.6 has
+/// none): the tube's buried jobs are deleted as `delete` deletes them (an
+/// `idp:` TTL cools down, a group's last member releases its held jobs);
+/// the others stay; a tube that does not exist flushes nothing (0.9.1).
+#[test]
+fn flush_buried_deletes_the_buried_jobs_only() {
+    if !sprout_only("flush_buried_deletes_the_buried_jobs_only") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    c.exchange(b"use t\r\n", b"USING t\r\n");
+    c.exchange(b"watch t\r\n", b"WATCHING 2\r\n");
+    c.exchange(&put("idp:k:3600", "a"), b"INSERTED 1\r\n");
+    c.exchange(&put("grp:g", "b"), b"INSERTED 2\r\n");
+    c.exchange(&put("aft:g", "c"), b"INSERTED 3\r\n");
+    c.exchange(b"put 0 0 30 1\r\nd\r\n", b"INSERTED 4\r\n");
+    c.exchange(b"put 0 60 30 1\r\ne\r\n", b"INSERTED 5\r\n");
+    for (id, body) in [(1, "a"), (2, "b")] {
+        let reserved = format!("RESERVED {id} 1\r\n{body}\r\n");
+        c.exchange(b"reserve-with-timeout 0\r\n", reserved.as_bytes());
+        c.exchange(format!("bury {id} 0\r\n").as_bytes(), b"BURIED\r\n");
+    }
+    c.exchange(b"flush-buried t\r\n", b"FLUSHED 2\r\n");
+    c.exchange(b"peek-buried\r\n", b"NOT_FOUND\r\n");
+    c.exchange(&put("idp:k:3600", "z"), b"INSERTED 1 DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\nc\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\nd\r\n");
+    c.exchange(b"peek-delayed\r\n", b"FOUND 5 1\r\ne\r\n");
+    c.exchange(b"flush-buried t\r\n", b"FLUSHED 0\r\n");
+    c.exchange(b"flush-buried nothing\r\n", b"FLUSHED 0\r\n");
+    c.exchange(b"flush-buried\r\n", b"UNKNOWN_COMMAND\r\n");
+}
+
+/// tuber 0.8's `reserve-batch <n> <timeout>` (sprout only here: tuber
+/// 0.5.6 reads no timeout): with nothing ready it waits, woken by a put, a
+/// kick, a delay's end and a group's release, and then takes what is
+/// ready; at the timeout it answers `RESERVED_BATCH 0`, never TIMED_OUT;
+/// a timeout of 0 never waits.
+#[test]
+fn reserve_batch_with_a_timeout_waits_for_the_first_job() {
+    if !sprout_only("reserve_batch_with_a_timeout_waits_for_the_first_job") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut c = s.connect();
+    let mut w = s.connect();
+    w.exchange(b"reserve-batch 5 0\r\n", b"RESERVED_BATCH 0\r\n");
+    let started = Instant::now();
+    w.exchange(b"reserve-batch 5 0.2\r\n", b"RESERVED_BATCH 0\r\n");
+    assert_between(started.elapsed(), MS(200), MS(1500));
+    // A put.
+    w.send(b"reserve-batch 5 10\r\n");
+    w.expect_silence(MS(100));
+    c.exchange(b"put 0 0 30 1\r\na\r\n", b"INSERTED 1\r\n");
+    w.expect(b"RESERVED_BATCH 1\r\nRESERVED 1 1\r\na\r\n");
+    // A kick.
+    c.exchange(b"put 0 0 30 1\r\nb\r\n", b"INSERTED 2\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\nb\r\n");
+    c.exchange(b"bury 2 0\r\n", b"BURIED\r\n");
+    w.send(b"reserve-batch 5 10\r\n");
+    w.expect_silence(MS(100));
+    c.exchange(b"kick 1\r\n", b"KICKED 1\r\n");
+    w.expect(b"RESERVED_BATCH 1\r\nRESERVED 2 1\r\nb\r\n");
+    // A delay's end.
+    c.exchange(b"put 0 0.3 30 1\r\nc\r\n", b"INSERTED 3\r\n");
+    w.send(b"reserve-batch 5 10\r\n");
+    w.expect_silence(MS(100));
+    w.expect(b"RESERVED_BATCH 1\r\nRESERVED 3 1\r\nc\r\n");
+    // A group's release.
+    c.exchange(&put("grp:g", "m"), b"INSERTED 4\r\n");
+    c.exchange(&put("aft:g", "d"), b"INSERTED 5\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 4 1\r\nm\r\n");
+    w.send(b"reserve-batch 5 10\r\n");
+    w.expect_silence(MS(100));
+    c.exchange(b"delete 4\r\n", b"DELETED\r\n");
+    w.expect(b"RESERVED_BATCH 1\r\nRESERVED 5 1\r\nd\r\n");
+    // Once woken it takes every ready job, up to n.
+    w.send(b"reserve-batch 2 10\r\n");
+    w.expect_silence(MS(100));
+    c.send(b"use t\r\nput 0 0 30 1\r\ne\r\n");
+    c.expect(b"USING t\r\nINSERTED 6\r\n");
+    // (Not in a tube it watches.)
+    w.expect_silence(MS(100));
+    c.exchange(b"use default\r\n", b"USING default\r\n");
+    c.exchange(b"put 0 0 30 1\r\nf\r\n", b"INSERTED 7\r\n");
+    w.expect(b"RESERVED_BATCH 1\r\nRESERVED 7 1\r\nf\r\n");
+    c.exchange(b"watch t\r\n", b"WATCHING 2\r\n");
+    c.exchange(b"put 0 0 30 1\r\ng\r\n", b"INSERTED 8\r\n");
+    c.exchange(b"put 0 0 30 1\r\nh\r\n", b"INSERTED 9\r\n");
+    c.exchange(
+        b"reserve-batch 2 10\r\n",
+        b"RESERVED_BATCH 2\r\nRESERVED 6 1\r\ne\r\nRESERVED 8 1\r\ng\r\n",
+    );
+    for bad in [
+        &b"reserve-batch 5 \r\n"[..],
+        b"reserve-batch 5 x\r\n",
+        b"reserve-batch 5 1 1\r\n",
+    ] {
+        c.exchange(bad, b"BAD_FORMAT\r\n");
+    }
+}
+
+/// The long poll, like `reserve-with-timeout`, answers DEADLINE_SOON when
+/// a job the client holds is about to run out of time (tuber 0.8.1).
+#[test]
+fn reserve_batch_with_a_timeout_answers_deadline_soon() {
+    if !sprout_only("reserve_batch_with_a_timeout_answers_deadline_soon") {
+        return;
+    }
+    let s = TestServer::start(&[]);
+    let mut w = s.connect();
+    w.exchange(b"put 0 0 1 1\r\na\r\n", b"INSERTED 1\r\n");
+    w.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\na\r\n");
+    w.exchange(b"reserve-batch 5 10\r\n", b"DEADLINE_SOON\r\n");
+    w.exchange(b"reserve-batch 5\r\n", b"RESERVED_BATCH 0\r\n");
+}
+
+/// sprout only (cluster mode, real nats-server): held `aft:` jobs, one
+/// held when its delay ended, stay held on the new leader after a kill -9
+/// of the old one, although their group's member was reserved and
+/// released meanwhile (each a record the standbys apply by replacing the
+/// job); the member's delete releases them there.
+#[test]
+fn aft_holds_survive_failover() {
+    if !sprout_only("aft_holds_survive_failover") {
+        return;
+    }
+    let Some(nats) = common::nats::NatsCluster::start(3, "aft_holds_survive_failover") else {
+        return;
+    };
+    let mut sprouts = common::sprouts::Sprouts::start(&nats, "aft", 3);
+    let old = sprouts.wait_leader(Duration::from_secs(30));
+    let mut c = common::Client::tcp(sprouts.ports[old]);
+    c.exchange(&put("grp:g", "m"), b"INSERTED 1\r\n");
+    c.exchange(&put("aft:g", "a"), b"INSERTED 2\r\n");
+    c.exchange(b"put 0 0.2 30 1 aft:g\r\nb\r\n", b"INSERTED 3\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nm\r\n");
+    c.exchange(b"release 1 0 0\r\n", b"RELEASED\r\n");
+    std::thread::sleep(MS(500));
+    c.exchange(b"stats-group g\r\n", &{
+        let doc = "---\nname: \"g\"\npending: 1\nburied: 0\ncomplete: false\nwaiting-jobs: 2\n";
+        format!("OK {}\r\n{doc}\r\n", doc.len()).into_bytes()
+    });
+    sprouts.kill9(old);
+    let new = sprouts.wait_leader(Duration::from_secs(30));
+    let mut c = common::Client::tcp(sprouts.ports[new]);
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 1 1\r\nm\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"TIMED_OUT\r\n");
+    c.exchange(b"kick 10\r\n", b"KICKED 0\r\n");
+    c.exchange(b"delete 1\r\n", b"DELETED\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 2 1\r\na\r\n");
+    c.exchange(b"reserve-with-timeout 0\r\n", b"RESERVED 3 1\r\nb\r\n");
 }

@@ -77,6 +77,7 @@ pub(crate) fn fixed_word(response: &Response) -> Option<&'static [u8]> {
         Response::ExpectedCrlf => b"EXPECTED_CRLF",
         Response::JobTooBig => b"JOB_TOO_BIG",
         Response::Draining => b"DRAINING",
+        Response::NotDraining => b"NOT_DRAINING",
         Response::DeadlineSoon => b"DEADLINE_SOON",
         Response::TimedOut => b"TIMED_OUT",
         Response::Deleted => b"DELETED",
@@ -136,7 +137,8 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         | Command::Watch(tube)
         | Command::Ignore(tube)
         | Command::StatsTube(tube)
-        | Command::FlushTube(tube) => {
+        | Command::FlushTube(tube)
+        | Command::FlushBuried(tube) => {
             dst.put_u8(b' ');
             dst.put_slice(tube.as_bytes());
         }
@@ -161,6 +163,11 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             arg(dst, (*pri).into());
         }
         Command::Kick(count) | Command::ReserveBatch(count) => arg(dst, (*count).into()),
+        Command::ReserveBatchWait { n, timeout } => {
+            arg(dst, (*n).into());
+            dst.put_u8(b' ');
+            seconds(dst, *timeout);
+        }
         Command::DeleteBatch(ids) => {
             dst.reserve(ids.len() * 21);
             ids.iter().for_each(|&id| arg(dst, id));
@@ -189,6 +196,8 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         | Command::ListTubeUsed
         | Command::ListTubesWatched
         | Command::PeekReserved
+        | Command::Drain
+        | Command::Undrain
         | Command::Quit => {}
     }
     dst.put_slice(b"\r\n");

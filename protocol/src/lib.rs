@@ -169,10 +169,22 @@ pub enum Command {
     /// `reserve-batch <n>`: up to `n` (1–[`MAX_BATCH`]) ready jobs at once,
     /// without waiting.
     ReserveBatch(u32),
+    /// `reserve-batch <n> <timeout>`: the same, but with no job ready it
+    /// waits up to `timeout` for the first one (tuber 0.8's long poll).
+    ReserveBatchWait {
+        n: u32,
+        timeout: Duration,
+    },
     /// `delete-batch <id>...`: 1–[`MAX_BATCH`] ids.
     DeleteBatch(Vec<JobId>),
     /// `flush-tube <tube>`: deletes every job of the tube.
     FlushTube(TubeName),
+    /// `flush-buried <tube>`: deletes the tube's buried jobs.
+    FlushBuried(TubeName),
+    /// `drain`: what SIGUSR1 does (puts answer DRAINING).
+    Drain,
+    /// `undrain`: puts are taken again.
+    Undrain,
     /// `peek-reserved`: the reserved job of the used tube whose TTR runs
     /// out first.
     PeekReserved,
@@ -296,11 +308,14 @@ pub enum Op {
     StatsGroup,
     Fire,
     Auth,
+    FlushBuried,
+    Drain,
+    Undrain,
 }
 
 impl Op {
     /// Every kind, in a fixed order (usable as an index with `as usize`).
-    pub const ALL: [Op; 32] = [
+    pub const ALL: [Op; 35] = [
         Op::Put,
         Op::Use,
         Op::Reserve,
@@ -333,6 +348,9 @@ impl Op {
         Op::StatsGroup,
         Op::Fire,
         Op::Auth,
+        Op::FlushBuried,
+        Op::Drain,
+        Op::Undrain,
     ];
 }
 
@@ -373,6 +391,9 @@ impl Op {
             Op::StatsGroup => "stats-group",
             Op::Fire => "fire",
             Op::Auth => "auth",
+            Op::FlushBuried => "flush-buried",
+            Op::Drain => "drain",
+            Op::Undrain => "undrain",
         }
     }
 }
@@ -405,13 +426,16 @@ impl Command {
             Command::ListTubesWatched => Op::ListTubesWatched,
             Command::PauseTube { .. } => Op::PauseTube,
             Command::Quit => Op::Quit,
-            Command::ReserveBatch(_) => Op::ReserveBatch,
+            Command::ReserveBatch(_) | Command::ReserveBatchWait { .. } => Op::ReserveBatch,
             Command::DeleteBatch(_) => Op::DeleteBatch,
             Command::FlushTube(_) => Op::FlushTube,
             Command::PeekReserved => Op::PeekReserved,
             Command::StatsGroup(_) => Op::StatsGroup,
             Command::Fire { .. } => Op::Fire,
             Command::Auth(_) => Op::Auth,
+            Command::FlushBuried(_) => Op::FlushBuried,
+            Command::Drain => Op::Drain,
+            Command::Undrain => Op::Undrain,
         }
     }
 }
@@ -470,6 +494,8 @@ pub enum Response {
     ExpectedCrlf,
     JobTooBig,
     Draining,
+    /// `NOT_DRAINING`: the answer to `undrain`.
+    NotDraining,
     /// `USING <tube>`
     Using(TubeName),
     /// `RESERVED <id> <bytes>` + body

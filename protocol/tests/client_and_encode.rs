@@ -42,7 +42,7 @@ fn command_bytes(command: &Command) -> BytesMut {
 #[test]
 fn every_reply_is_read() {
     let input =
-        b"INSERTED 12\r\nBURIED 3\r\nBURIED\r\nEXPECTED_CRLF\r\nJOB_TOO_BIG\r\nDRAINING\r\n\
+        b"INSERTED 12\r\nBURIED 3\r\nBURIED\r\nEXPECTED_CRLF\r\nJOB_TOO_BIG\r\nDRAINING\r\nNOT_DRAINING\r\n\
 USING foo\r\nRESERVED 7 5\r\nhello\r\nDEADLINE_SOON\r\nTIMED_OUT\r\nDELETED\r\nNOT_FOUND\r\n\
 RELEASED\r\nTOUCHED\r\nWATCHING 2\r\nNOT_IGNORED\r\nFOUND 8 0\r\n\r\nKICKED\r\nKICKED 4\r\n\
 OK 4\r\n---\n\r\nPAUSED\r\nOUT_OF_MEMORY\r\nINTERNAL_ERROR\r\nBAD_FORMAT\r\nUNKNOWN_COMMAND\r\n";
@@ -55,6 +55,7 @@ OK 4\r\n---\n\r\nPAUSED\r\nOUT_OF_MEMORY\r\nINTERNAL_ERROR\r\nBAD_FORMAT\r\nUNKN
             Response::ExpectedCrlf,
             Response::JobTooBig,
             Response::Draining,
+            Response::NotDraining,
             Response::Using(tube("foo")),
             Response::Reserved {
                 id: 7,
@@ -339,12 +340,22 @@ fn tagged_puts_and_the_batch_commands_are_written_byte_for_byte() {
         ttr: Duration::from_secs(30),
         body: "xy".into(),
     };
-    let cases: [(Command, &[u8]); 6] = [
+    let cases: [(Command, &[u8]); 10] = [
         (put, b"put 1 0 60 3 idp:k:0 grp:g aft:f con:c:2\r\nabc\r\n"),
         (fire, b"fire 9 2 30 2\r\nxy\r\n"),
         (Command::ReserveBatch(5), b"reserve-batch 5\r\n"),
         (Command::DeleteBatch(vec![1, 2]), b"delete-batch 1 2\r\n"),
         (Command::FlushTube(tube("t")), b"flush-tube t\r\n"),
+        (
+            Command::ReserveBatchWait {
+                n: 5,
+                timeout: Duration::from_secs(30),
+            },
+            b"reserve-batch 5 30\r\n",
+        ),
+        (Command::FlushBuried(tube("t")), b"flush-buried t\r\n"),
+        (Command::Drain, b"drain\r\n"),
+        (Command::Undrain, b"undrain\r\n"),
         (Command::StatsGroup("g".into()), b"stats-group g\r\n"),
     ];
     for (command, bytes) in cases {

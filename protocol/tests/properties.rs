@@ -90,6 +90,7 @@ fn response() -> impl Strategy<Value = Response> {
         Just(Response::ExpectedCrlf),
         Just(Response::JobTooBig),
         Just(Response::Draining),
+        Just(Response::NotDraining),
         tube(200).prop_map(Response::Using),
         (id(), body()).prop_map(|(id, body)| Response::Reserved { id, body }),
         Just(Response::DeadlineSoon),

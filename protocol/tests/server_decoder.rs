@@ -789,6 +789,19 @@ fn the_batch_commands_read_like_beanstalkds_own() {
         decode(b"flush-tube foo\r\n"),
         [Ok(Command::FlushTube(TubeName::new(b"foo").unwrap()))]
     );
+    assert_eq!(
+        decode(b"reserve-batch 5 0.5\r\n"),
+        [Ok(Command::ReserveBatchWait {
+            n: 5,
+            timeout: Duration::from_millis(500)
+        })]
+    );
+    assert_eq!(
+        decode(b"flush-buried foo\r\n"),
+        [Ok(Command::FlushBuried(TubeName::new(b"foo").unwrap()))]
+    );
+    assert_eq!(decode(b"drain\r\n"), [Ok(Command::Drain)]);
+    assert_eq!(decode(b"undrain\r\n"), [Ok(Command::Undrain)]);
     assert_eq!(decode(b"peek-reserved\r\n"), [Ok(Command::PeekReserved)]);
     assert_eq!(
         decode(b"stats-group g\r\n"),
@@ -799,6 +812,12 @@ fn the_batch_commands_read_like_beanstalkds_own() {
         b"reserve-batch 1001\r\n",
         b"reserve-batch\r\n",
         b"reserve-batch x\r\n",
+        b"reserve-batch 5 \r\n",
+        b"reserve-batch 5 x\r\n",
+        b"reserve-batch 5 1 2\r\n",
+        b"flush-buried -x\r\n",
+        b"drain now\r\n",
+        b"undrainx\r\n",
         b"delete-batch 1 x\r\n",
         b"delete-batch 1 \r\n",
         b"flush-tube -x\r\n",

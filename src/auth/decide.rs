@@ -101,7 +101,10 @@ pub fn decide(grants: &Grants, command: &Command, facts: &impl Facts) -> Decisio
         Command::Use(tube) => use_tube(grants, tube.as_str()),
         Command::Watch(tube) => on(Action::Consume, tube.as_str()),
         Command::Put { .. } => on(Action::Produce, facts.used()),
-        Command::Reserve | Command::ReserveWithTimeout(_) | Command::ReserveBatch(_) => {
+        Command::Reserve
+        | Command::ReserveWithTimeout(_)
+        | Command::ReserveBatch(_)
+        | Command::ReserveBatchWait { .. } => {
             match facts.watched().find(|t| !grants.allows(Action::Consume, t)) {
                 Some(tube) => forbidden(Action::Consume.name(), Some(tube)),
                 None => Decision::Allow,
@@ -127,7 +130,13 @@ pub fn decide(grants: &Grants, command: &Command, facts: &impl Facts) -> Decisio
         Command::StatsTube(tube) => on(Action::Inspect, tube.as_str()),
         Command::Kick(_) => admin(grants, facts.used()),
         Command::KickJob(id) => job(*id).map_or(Decision::Allow, |j| admin(grants, j.tube)),
-        Command::PauseTube { tube, .. } | Command::FlushTube(tube) => admin(grants, tube.as_str()),
+        Command::PauseTube { tube, .. } | Command::FlushTube(tube) | Command::FlushBuried(tube) => {
+            admin(grants, tube.as_str())
+        }
+        Command::Drain | Command::Undrain => match grants.allows_everywhere(Action::Admin) {
+            true => Decision::Admin,
+            false => forbidden(Action::Admin.name(), Some("*")),
+        },
         Command::ListTubes => match grants.allows_everywhere(Action::Inspect) {
             true => Decision::Allow,
             false => Decision::Inspectable,

@@ -148,6 +148,15 @@ fn every_command() {
             true,
             "forbidden: consume on default",
         ),
+        (
+            C::ReserveBatchWait {
+                n: 5,
+                timeout: secs(1),
+            },
+            "worker",
+            true,
+            "forbidden: consume on default",
+        ),
         (C::ReserveJob(2), "worker", false, "allow"),
         (
             C::ReserveJob(2),
@@ -320,6 +329,17 @@ fn every_command() {
             false,
             "forbidden: admin on orders.us",
         ),
+        (C::FlushBuried(tube("orders.us")), "ops", false, "admin"),
+        (
+            C::FlushBuried(tube("orders.us")),
+            "worker",
+            false,
+            "forbidden: admin on orders.us",
+        ),
+        (C::Drain, "ops", false, "admin"),
+        (C::Undrain, "ops", false, "admin"),
+        (C::Drain, "producer", false, "forbidden: admin on *"),
+        (C::Undrain, "worker", false, "forbidden: admin on *"),
         (C::StatsGroup("g".into()), "ops", false, "allow"),
         (
             C::StatsGroup("g".into()),

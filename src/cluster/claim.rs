@@ -12,7 +12,8 @@
 //! A claim is rewritten every TTL/4 and the bucket's `max_age` is the
 //! lease TTL, so a node killed by `kill -9` leaves a claim that ages out
 //! within one TTL; and a claim from the node's own address is its own
-//! (a restart), taken over at once.
+//! (a restart), taken over at once. A node that stops gracefully deletes
+//! its claim ([`withdraw`]).
 
 use std::time::Duration;
 
@@ -107,20 +108,27 @@ pub async fn stake(
 
 /// Every live claim but `own_key`'s, with its node id.
 async fn others(store: &kv::Store, own_key: &str) -> Result<Vec<(String, Claim)>, Trouble> {
-    let passing =
-        |e: &dyn std::fmt::Display| Trouble::Passing(format!("listing the node claims: {e}"));
-    let mut keys = store.keys().await.map_err(|e| passing(&e))?;
+    let mut claims = all(store).await.map_err(Trouble::Passing)?;
+    claims.retain(|(node, _)| format!("{PREFIX}{node}") != own_key);
+    Ok(claims)
+}
+
+/// Every live claim, with its node id, in the ids' order.
+pub async fn all(store: &kv::Store) -> Result<Vec<(String, Claim)>, String> {
+    let failed = |e: &dyn std::fmt::Display| format!("listing the node claims: {e}");
+    let mut keys = store.keys().await.map_err(|e| failed(&e))?;
     let mut claims = Vec::new();
     while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| passing(&e))?;
-        let Some(node) = key.strip_prefix(PREFIX).filter(|_| key != own_key) else {
+        let key = key.map_err(|e| failed(&e))?;
+        let Some(node) = key.strip_prefix(PREFIX) else {
             continue;
         };
-        let value = store.get(&key).await.map_err(|e| passing(&e))?;
+        let value = store.get(&key).await.map_err(|e| failed(&e))?;
         if let Some(claim) = value.and_then(|v| serde_json::from_slice(&v).ok()) {
             claims.push((node.to_string(), claim));
         }
     }
+    claims.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(claims)
 }
 
@@ -135,6 +143,16 @@ pub async fn keep(store: kv::Store, node: String, ours: Claim, ttl: Duration) {
             tracing::warn!("renewing this node's claim on --node-id {node}: {e}");
         }
     }
+}
+
+/// Takes this node's claim back at a graceful stop, so the id is free at
+/// once (for the same node started elsewhere); the caller has stopped
+/// [`keep`] first.
+pub async fn withdraw(store: &kv::Store, node: &str) -> Result<(), String> {
+    store
+        .delete(format!("{PREFIX}{node}"))
+        .await
+        .map_err(|e| format!("withdrawing this node's claim on --node-id {node}: {e}"))
 }
 
 fn encode(claim: &Claim) -> Bytes {

@@ -300,7 +300,7 @@ impl Lease {
                 sent,
                 deposed: None,
             })),
-            Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(e) if lost_race(&e) => Ok(None),
             Err(e) => Err(format!("taking the lease: {e}")),
         }
     }
@@ -459,6 +459,24 @@ impl Held {
             .await
             .map_err(|e| format!("releasing the lease: {e}"))
     }
+}
+
+/// Whether a refused write lost a race to another writer: a stale
+/// revision, or (a routine takeover race in a NATS cluster) the "wrong
+/// last sequence" without a number, code 10164, that async-nats does not
+/// name as such.
+fn lost_race(e: &kv::UpdateError) -> bool {
+    if e.kind() == kv::UpdateErrorKind::WrongLastRevision {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(js) = cause.downcast_ref::<jetstream::Error>() {
+            return js.error_code() == jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE_CONSTANT;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 fn encode(node: &str, addr: &str) -> Bytes {

@@ -23,7 +23,10 @@
 //! - `claim.rs`: each node's claim on its id in that bucket, refusing a
 //!   duplicate id and peer TLS on some nodes only;
 //! - `node.rs`: a node's life: follow, claim, lead, stop;
+//! - `status.rs`: what it says of its part at the default log level;
+//!   `members.rs`: the members it sees (their claims);
 //! - `relay.rs`: a standby's client connections passed to the leader;
+//!   `via.rs`: its name on the `stats` answers it passes on;
 //! - `peers.rs`: with `--cluster-peer-*`, over mutual TLS to the leader's
 //!   peer listener, which serves each as the client it is (`vouch.rs`:
 //!   the line that says so);
@@ -35,15 +38,18 @@ pub mod config;
 mod follow;
 pub mod lease;
 pub mod link;
+mod members;
 mod meta;
 pub mod node;
 pub mod peers;
 mod placement;
 mod publish;
 pub mod relay;
+mod status;
 mod stream;
 mod subjects;
 pub mod version;
+pub mod via;
 mod vouch;
 pub mod writer;
 
@@ -66,7 +72,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::auth;
 use crate::engine::{Clock, Engine, EngineConfig};
@@ -76,13 +82,22 @@ use crate::shared::Shared;
 /// How long a client that connects while no node leads waits for one.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
 
+/// How long a graceful stop waits for NATS to take this node's claim and
+/// lease back (a node that cannot reach NATS leaves them to age out).
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The server's side of cluster mode: where each client goes, and the
 /// graceful stop.
 #[derive(Clone)]
 pub struct Side {
     role: watch::Receiver<Role>,
-    closed: Arc<Notify>,
+    /// Turns true at a graceful stop.
+    closed: Arc<watch::Sender<bool>>,
+    /// Turns true once the node has left (claim withdrawn, lease released).
+    left: watch::Receiver<bool>,
     shared: Arc<Shared>,
+    /// This node, for the `stats` answers it relays.
+    via: via::Via,
     max_job_size: u32,
     /// With `--cluster-peer-*`: the links to the other nodes.
     peers: Option<Arc<PeerTls>>,
@@ -118,20 +133,30 @@ pub async fn start(
     let store = writer::ClusterStore::new();
     let shared = Arc::new(Shared::new(engine, clock, Box::new(store.clone())));
     let (role_tx, role) = watch::channel(Role::Standby { leader: None });
-    let closed = Arc::new(Notify::new());
-    let run = node::run(node, shared.clone(), store, role_tx, closed.clone());
+    let (closed, closed_rx) = watch::channel(false);
+    let (left_tx, left) = watch::channel(false);
+    let run = node::run(node, shared.clone(), store, role_tx, closed_rx);
     tokio::spawn(async move {
-        if let Err(why) = run.await {
-            tracing::error!("cluster: {why}; stopping");
-            std::process::exit(1);
-        }
+        match run.await {
+            Ok(()) => left_tx.send_replace(true),
+            Err(why) => {
+                tracing::error!("cluster: {why}; stopping");
+                std::process::exit(1);
+            }
+        };
     });
+    let via = via::Via {
+        node: options.node.clone(),
+        max_job_size,
+    };
     Ok((
         shared.clone(),
         Side {
             role,
-            closed,
+            closed: Arc::new(closed),
+            left,
             shared,
+            via,
             max_job_size,
             peers,
         },
@@ -167,12 +192,13 @@ impl Side {
                 crate::connection::serve(client, peer, shared, self.max_job_size, None).await
             }
             Role::Standby { leader: Some(addr) } => {
+                let (via, wait) = (Some(&self.via), relay::CONNECT_TIMEOUT);
                 let relayed = match &self.peers {
-                    None => relay::relay(client, &addr, relay::CONNECT_TIMEOUT).await,
+                    None => relay::relay(client, &addr, wait, via).await,
                     Some(peers) => {
                         let first = vouch::line(&peer.addr, self.principal(&peer));
                         let (config, first) = (peers.client(), first.as_bytes());
-                        relay::relay_tls(client, &addr, config, first, relay::CONNECT_TIMEOUT).await
+                        relay::relay_tls(client, &addr, config, first, wait, via).await
                     }
                 };
                 if let Err(e) = relayed {
@@ -228,9 +254,13 @@ impl Side {
         tokio::spawn(run);
     }
 
-    /// At shutdown, after the store is closed: gives the lease up so a
-    /// standby need not wait it out.
-    pub fn stop(&self) {
-        self.closed.notify_one();
+    /// At shutdown, after the store is closed: withdraws this node's
+    /// claim on its id and gives the lease up (if it leads), so neither a
+    /// standby nor this node started elsewhere need wait them out. Waits
+    /// for NATS at most [`LEAVE_TIMEOUT`].
+    pub async fn stop(&self) {
+        self.closed.send_replace(true);
+        let mut left = self.left.clone();
+        let _ = tokio::time::timeout(LEAVE_TIMEOUT, left.wait_for(|left| *left)).await;
     }
 }

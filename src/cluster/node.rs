@@ -22,20 +22,22 @@ use async_nats::jetstream::{self, stream::Stream};
 use async_nats::Client;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use super::claim::{self, Claim};
 use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::link;
+use super::members;
 use super::meta::Meta;
 use super::placement;
 use super::publish;
+use super::status::{Part, Teller};
 use super::stream::{self, Trouble};
 use super::subjects::Subjects;
 use super::writer::{ClusterStore, Writer};
 use super::{version, Options, Role};
-use crate::engine::ClusterStats;
+use crate::engine::{ClusterStats, Engine};
 use crate::shared::Shared;
 
 /// How long a request (a batch's acknowledgment among them) waits for
@@ -55,6 +57,8 @@ pub struct Connected {
     lease: Lease,
     subjects: Subjects,
     options: Options,
+    /// Rewrites this node's claim (`claim::keep`).
+    keeper: tokio::task::JoinHandle<()>,
 }
 
 impl Connected {
@@ -68,6 +72,15 @@ impl Connected {
     pub fn max_job_size(&self) -> u32 {
         let payload = self.client.server_info().max_payload;
         payload.saturating_sub(64 << 10).min(u32::MAX as usize) as u32
+    }
+
+    /// At a graceful stop: this node's claim on its id goes, so the same
+    /// id may start elsewhere at once.
+    async fn leave(&self) {
+        self.keeper.abort();
+        if let Err(e) = claim::withdraw(self.lease.store(), &self.options.node).await {
+            tracing::warn!("{e}");
+        }
     }
 }
 
@@ -103,7 +116,7 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
         tokio::time::sleep(SETUP_RETRY).await;
     };
     let store = lease.store().clone();
-    tokio::spawn(claim::keep(store, options.node.clone(), ours, ttl));
+    let keeper = tokio::spawn(claim::keep(store, options.node.clone(), ours, ttl));
     Ok(Connected {
         client,
         js,
@@ -111,6 +124,7 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
         lease,
         subjects,
         options: options.clone(),
+        keeper,
     })
 }
 
@@ -123,17 +137,47 @@ fn own_claim(options: &Options) -> Claim {
 }
 
 /// Follows, takes over and leads; returns `Ok` once a graceful stop
-/// (`closed`) has released the lease, or why this node must stop serving.
+/// (`closed` turns true) has withdrawn this node's claim and released the
+/// lease it held, or why this node must stop serving.
 pub async fn run(
     node: Connected,
     shared: Arc<Shared>,
     store: Arc<ClusterStore>,
     role: watch::Sender<Role>,
-    closed: Arc<Notify>,
+    closed: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let mut follower = Follower::start(&node, shared.clone(), role.clone()).await?;
+    let every = node.lease.timing().ttl;
+    let members = members::watch(node.lease.store().clone(), every, shared.clone());
+    let members = tokio::spawn(members);
+    let led = tokio::select! {
+        taken = take_over(&node, shared, &role) => match taken {
+            Ok((follower, held)) => lead(&node, follower, held, store, &role, closed).await,
+            Err(why) => Err(why),
+        },
+        () = stopped(closed.clone()) => Ok(()),
+    };
+    members.abort();
+    if led.is_ok() {
+        node.leave().await;
+    }
+    led
+}
+
+/// Completes once `closed` turns true (or its sender is gone).
+async fn stopped(mut closed: watch::Receiver<bool>) {
+    let _ = closed.wait_for(|closed| *closed).await;
+}
+
+/// Follows the stream until this node holds the lease and has claimed the
+/// stream: the follower, now the leader's, and its lease.
+async fn take_over(
+    node: &Connected,
+    shared: Arc<Shared>,
+    role: &watch::Sender<Role>,
+) -> Result<(Follower, Held), String> {
+    let mut follower = Follower::start(node, shared, role.clone()).await?;
     let poll = node.lease.timing().poll_every;
-    let (pages, mut held) = loop {
+    loop {
         let mut held = loop {
             tokio::select! {
                 message = follower.next() => message?,
@@ -151,11 +195,24 @@ pub async fn run(
         };
         // A takeover that NATS cannot finish now (an election) is given
         // up, and this node goes on following: it serves nothing yet.
-        match follower.claim(&node, &mut held).await {
-            Ok(()) => break (std::mem::take(&mut follower.pages), held),
+        match follower.claim(node, &mut held).await {
+            Ok(()) => return Ok((follower, held)),
             Err(why) => tracing::warn!("takeover given up: {why}"),
         }
-    };
+    }
+}
+
+/// Leads until deposed (`Err`) or stopped: then gives the lease up, so a
+/// standby need not wait it out.
+async fn lead(
+    node: &Connected,
+    mut follower: Follower,
+    mut held: Held,
+    store: Arc<ClusterStore>,
+    role: &watch::Sender<Role>,
+    closed: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let pages = std::mem::take(&mut follower.pages);
     let meta = pages.meta.clone();
     let mut writer = Writer {
         store,
@@ -174,11 +231,14 @@ pub async fn run(
         node.options.name,
         writer.pages.last_seq
     );
+    follower.teller.tell(Part::Leader {
+        epoch: writer.meta.epoch,
+    });
     role.send_replace(Role::Leader);
     tokio::select! {
         why = writer.run() => Err(why),
         deposed = held.keep() => Err(deposed.0),
-        _ = closed.notified() => {
+        () = stopped(closed) => {
             if let Err(e) = held.release().await {
                 tracing::warn!("{e}");
             }
@@ -222,6 +282,8 @@ struct Follower {
     /// this node worth a lease (a takeover reads what is left without
     /// renewing it).
     caught_up: bool,
+    /// Tells this node's part as it changes (`status.rs`).
+    teller: Teller,
 }
 
 impl Follower {
@@ -249,9 +311,10 @@ impl Follower {
             subjects: node.subjects.clone(),
             changes: Vec::new(),
             caught_up,
+            teller: Teller::new(&node.options.name, &node.options.node),
         };
         let standby = follower.stats("standby");
-        follower.shared.lock().engine.set_cluster(standby);
+        show(&mut follower.shared.lock().engine, standby);
         Ok(follower)
     }
 
@@ -281,7 +344,7 @@ impl Follower {
             return Ok(());
         };
         let payload: Bytes = message.payload.clone();
-        let was = self.pages.meta.addr.clone();
+        let was = self.pages.meta.clone();
         self.pages.apply(seq, subject, payload, &mut self.changes)?;
         if !self.changes.is_empty() {
             let now = self.shared.clock.now();
@@ -300,10 +363,19 @@ impl Follower {
                 }
             }
         }
-        if self.pages.meta.addr != was {
-            let leader = Some(self.pages.meta.addr.clone()).filter(|a| *a != self.own_addr);
-            self.shared.lock().engine.set_cluster(self.stats("standby"));
+        let meta = &self.pages.meta;
+        if meta.addr != was.addr {
+            let leader = Some(meta.addr.clone()).filter(|a| *a != self.own_addr);
+            show(&mut self.shared.lock().engine, self.stats("standby"));
             self.role.send_replace(Role::Standby { leader });
+        }
+        let news = (&meta.node, meta.epoch) != (&was.node, was.epoch);
+        if news && !meta.addr.is_empty() && meta.addr != self.own_addr {
+            self.teller.tell(Part::Standby {
+                leader: meta.node.clone(),
+                addr: meta.addr.clone(),
+                epoch: meta.epoch,
+            });
         }
         Ok(())
     }
@@ -332,6 +404,7 @@ impl Follower {
             role,
             leader: self.pages.meta.addr.clone(),
             epoch: self.pages.meta.epoch,
+            members: Vec::new(),
         }
     }
 
@@ -374,7 +447,7 @@ impl Follower {
                     self.pages.last_seq = seq;
                     self.pages.meta = claim;
                     let mut state = self.shared.lock();
-                    state.engine.set_cluster(self.stats("leader"));
+                    show(&mut state.engine, self.stats("leader"));
                     state.engine.reserve_ids_below(self.pages.meta.ids_below);
                     drop(state);
                     return Ok(());
@@ -382,8 +455,18 @@ impl Follower {
                 Err(e) if held.standing() == Standing::Deposed => {
                     return Err(format!("the lease ran out while claiming: {}", e.why()))
                 }
-                Err(e) => tracing::warn!("claim refused, reading on: {}", e.why()),
+                // Routine: the old leader's last batch came in after
+                // what this node read.
+                Err(e) => tracing::info!("claim refused, reading on: {}", e.why()),
             }
         }
     }
+}
+
+/// Sets what `stats` shows, keeping the members `members.rs` found.
+fn show(engine: &mut Engine, mut stats: ClusterStats) {
+    if let Some(now) = engine.cluster() {
+        stats.members = now.members.clone();
+    }
+    engine.set_cluster(stats);
 }

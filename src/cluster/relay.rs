@@ -1,5 +1,7 @@
 //! A standby passes a beanstalk client's connection through to the leader,
-//! byte for byte, so clients may connect to any node with no protocol change.
+//! byte for byte, so clients may connect to any node with no protocol change;
+//! only a `stats` answer gets the standby's name in its via lines
+//! (`via.rs`), given a [`Via`].
 //!
 //! Why not plain `tokio::io::copy_bidirectional`: it turns the leader's
 //! close into a half-close of the client and then waits for the client to
@@ -25,6 +27,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::peers::server_name;
+use super::via::{self, Via};
 
 /// How long connecting to the leader may take before the client is closed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -39,15 +42,21 @@ pub struct Relayed {
 /// Connects to the leader at `leader` (`host:port`) and passes bytes both
 /// ways until the leader closes, or the client closes and the leader has
 /// answered everything. The client is closed when this returns (it is
-/// dropped), also when the leader cannot be reached.
-pub async fn relay<C>(client: C, leader: &str, connect_timeout: Duration) -> io::Result<Relayed>
+/// dropped), also when the leader cannot be reached. With `via`, `stats`
+/// answers name this node.
+pub async fn relay<C>(
+    client: C,
+    leader: &str,
+    connect_timeout: Duration,
+    via: Option<&Via>,
+) -> io::Result<Relayed>
 where
     C: AsyncRead + AsyncWrite + Unpin,
 {
     let upstream = within(connect_timeout, leader, TcpStream::connect(leader)).await?;
     upstream.set_nodelay(true)?;
     let (leader_rx, leader_tx) = upstream.into_split();
-    pass(client, leader_rx, leader_tx).await
+    pass(client, leader_rx, leader_tx, via).await
 }
 
 /// [`relay`] to the leader's peer listener at `leader` over TLS with
@@ -60,6 +69,7 @@ pub async fn relay_tls<C>(
     config: Arc<ClientConfig>,
     first: &[u8],
     connect_timeout: Duration,
+    via: Option<&Via>,
 ) -> io::Result<Relayed>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -76,7 +86,7 @@ where
     upstream.write_all(first).await?;
     upstream.flush().await?;
     let (leader_rx, leader_tx) = tokio::io::split(upstream);
-    pass(client, leader_rx, leader_tx).await
+    pass(client, leader_rx, leader_tx, via).await
 }
 
 /// `connect` to the leader at `leader`, unless it takes longer than `timeout`.
@@ -96,20 +106,35 @@ async fn within<T>(
 /// The two copies: client → leader ends with a half-close of the leader
 /// (which then finishes its replies and closes); leader → client ending
 /// ends everything.
-async fn pass<C, R, W>(client: C, mut leader_rx: R, mut leader_tx: W) -> io::Result<Relayed>
+async fn pass<C, R, W>(
+    client: C,
+    mut leader_rx: R,
+    mut leader_tx: W,
+    via: Option<&Via>,
+) -> io::Result<Relayed>
 where
     C: AsyncRead + AsyncWrite + Unpin,
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let (mut client_rx, mut client_tx) = tokio::io::split(client);
+    let (mut requests, mut answers) = match via.map(via::watch) {
+        Some((requests, answers)) => (Some(requests), Some(answers)),
+        None => (None, None),
+    };
     let mut to_leader = 0;
     let to_client = {
         // Never finishes but with an error: once the client is done, the
         // leader's close (below) ends the relay.
         let up = async {
             let done = async {
-                copy(&mut client_rx, &mut leader_tx, &mut to_leader).await?;
+                let note = |bytes: &[u8], out: &mut Vec<u8>| {
+                    if let Some(requests) = &mut requests {
+                        requests.saw(bytes);
+                    }
+                    out.extend_from_slice(bytes);
+                };
+                copy(&mut client_rx, &mut leader_tx, &mut to_leader, note).await?;
                 leader_tx.shutdown().await
             };
             match done.await {
@@ -119,7 +144,11 @@ where
         };
         let down = async {
             let mut n = 0;
-            copy(&mut leader_rx, &mut client_tx, &mut n).await?;
+            let mark = |bytes: &[u8], out: &mut Vec<u8>| match &mut answers {
+                Some(answers) => answers.pass(bytes, out),
+                None => out.extend_from_slice(bytes),
+            };
+            copy(&mut leader_rx, &mut client_tx, &mut n, mark).await?;
             client_tx.shutdown().await?;
             Ok::<u64, io::Error>(n)
         };
@@ -135,20 +164,27 @@ where
 }
 
 /// Copies until end of file, counting as it goes (so a relay ended from the
-/// other side still knows how much passed).
-async fn copy<R, W>(from: &mut R, to: &mut W, count: &mut u64) -> io::Result<()>
+/// other side still knows how much passed). `each(read, out)` sees each
+/// read before it goes on and puts what is to go now in `out`.
+async fn copy<R, W, F>(from: &mut R, to: &mut W, count: &mut u64, mut each: F) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
+    F: FnMut(&[u8], &mut Vec<u8>),
 {
     let mut buf = vec![0; 16 * 1024];
+    let mut out = Vec::new();
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {
             return Ok(());
         }
-        to.write_all(&buf[..n]).await?;
-        to.flush().await?;
+        out.clear();
+        each(&buf[..n], &mut out);
+        if !out.is_empty() {
+            to.write_all(&out).await?;
+            to.flush().await?;
+        }
         *count += n as u64;
     }
 }

@@ -1,5 +1,6 @@
-//! Changes the admin API makes: kick, delete, flush a tube's state, move
-//! jobs between tubes, pause and resume, put.
+//! Changes the admin API makes: kick, release an `aft:` job's hold,
+//! delete, flush a tube's state, move jobs between tubes, pause and
+//! resume, put.
 //!
 //! They act on jobs by id or on a tube's queues, not through a client
 //! connection, and are not counted as beanstalk commands (`cmd-*` stay the
@@ -36,6 +37,11 @@ pub enum AdminError {
     /// The job is in a state the call does not apply to: only a kick of a
     /// ready job (the API's message says so).
     WrongState,
+    /// An `aft:` job whose group has members: a kick leaves it; only a
+    /// release of its hold ([`Engine::release_hold`]) moves it.
+    Held,
+    /// A release of a hold, for a job that is not held.
+    NotHeld,
     /// Drain mode (SIGUSR1): no new jobs.
     Draining,
     /// The job table is full, or the store has no room to record it.
@@ -50,11 +56,13 @@ impl Engine {
         Ok(self.kick(t, bound))
     }
 
-    /// `kick-job <id>`: a buried or delayed job becomes ready.
+    /// `kick-job <id>`: a buried or delayed job becomes ready (not an
+    /// `aft:` job whose group has members: `ext.rs`).
     pub fn kick_one(&mut self, id: JobId, now: Time) -> Result<(), AdminError> {
         self.tick(now);
         let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
         match self.jobs[slot].state() {
+            State::Delayed if self.kick_blocked(slot) => Err(AdminError::Held),
             State::Buried | State::Delayed if !self.room_to_update(slot) => {
                 Err(AdminError::OutOfMemory)
             }
@@ -64,6 +72,24 @@ impl Engine {
             }
             State::Reserved => Err(AdminError::Reserved),
             State::Ready => Err(AdminError::WrongState),
+        }
+    }
+
+    /// The operator's override of a dependency: job `id`, an `aft:` job
+    /// held (or delayed) while its group has members, becomes ready now.
+    /// Journaled as a kick, so a restart keeps it ready.
+    pub fn release_hold(&mut self, id: JobId, now: Time) -> Result<(), AdminError> {
+        self.tick(now);
+        let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
+        match self.jobs[slot].state() {
+            State::Delayed if !self.kick_blocked(slot) => Err(AdminError::NotHeld),
+            State::Delayed if !self.room_to_update(slot) => Err(AdminError::OutOfMemory),
+            State::Delayed => {
+                self.kick_job(slot);
+                Ok(())
+            }
+            State::Reserved => Err(AdminError::Reserved),
+            State::Ready | State::Buried => Err(AdminError::NotHeld),
         }
     }
 

@@ -1,13 +1,14 @@
 //! tuber's batch commands: `reserve-batch`, `delete-batch`, `flush-tube`,
-//! `peek-reserved`.
+//! `flush-buried`, `peek-reserved`.
 //!
-//! `flush-tube` deletes a tube's jobs [`FLUSH_STEP`] at a time: after each
+//! `flush-tube` (and `flush-buried`) deletes a tube's jobs [`FLUSH_STEP`] at a time: after each
 //! step it answers [`Outcome::Again`], and the connection runs it again
 //! once it has let go of the engine's lock, so other clients are served
 //! between steps however many jobs the tube holds. Jobs put into the tube
 //! while it is being flushed may be flushed too; the answer counts every
 //! job the flush deleted.
 
+use bytes::Bytes;
 use sprout_protocol::{Command, JobId, Response, TubeName, MAX_BATCH};
 
 use super::table::JobSlot;
@@ -20,20 +21,28 @@ pub(super) const FLUSH_STEP: usize = 1000;
 
 /// `reserve-batch <n>`: up to `n` ready jobs of the unpaused tubes `conn`
 /// watches, most urgent first, without waiting (`RESERVED_BATCH 0` when
-/// there are none).
+/// there are none). The form with a timeout is `commands::reserve`'s.
 /// Also: marks `conn` a worker; each job's TTR timer; no record.
 pub(super) fn reserve_batch(e: &mut Engine, conn: ConnId, n: u32) -> Response {
     e.set_worker(conn);
-    let mut jobs = Vec::new();
-    while jobs.len() < (n as usize).min(MAX_BATCH) {
-        let Some(slot) = e.best_ready(conn) else {
-            break;
-        };
-        e.take_out(slot);
-        e.make_reserved(conn, slot);
-        jobs.push((e.jobs[slot].id, e.jobs.body_bytes(slot)));
+    Response::ReservedBatch(e.take_ready(conn, n))
+}
+
+impl Engine {
+    /// Reserves for `conn` up to `n` ready jobs, most urgent first (also
+    /// for a `reserve-batch` that waited, `commands::reserve`).
+    pub(super) fn take_ready(&mut self, conn: ConnId, n: u32) -> Vec<(JobId, Bytes)> {
+        let mut jobs = Vec::new();
+        while jobs.len() < (n as usize).min(MAX_BATCH) {
+            let Some(slot) = self.best_ready(conn) else {
+                break;
+            };
+            self.take_out(slot);
+            self.make_reserved(conn, slot);
+            jobs.push((self.jobs[slot].id, self.jobs.body_bytes(slot)));
+        }
+        jobs
     }
-    Response::ReservedBatch(jobs)
 }
 
 /// `delete-batch <id>...`: each as `delete` would; the answer counts
@@ -131,4 +140,37 @@ fn flush_job(e: &mut Engine, t: TubeIx, slot: JobSlot) {
     }
     e.tubes[t].deletes += 1;
     e.discard(slot);
+}
+
+/// One step of `flush-buried <tube>`: deletes the tube's buried jobs as
+/// `delete` would (an `idp:` TTL cools down, a group's last member
+/// releases its held jobs), leaving every other job; `FLUSHED <count>`
+/// once none is left, `FLUSHED 0` for a tube that does not exist (tuber
+/// 0.9.1), else [`Outcome::Again`].
+/// Also: the tube's `cmd-delete`; a delete record each (its room set aside
+/// at the put); the tube may be dropped at the end.
+pub(super) fn flush_buried(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcome {
+    let mut flushed = 0;
+    if let Some(t) = e.tubes.find(&name) {
+        // Held for the step, so the tube outlives its last job until the end.
+        e.tubes[t].using += 1;
+        while flushed < FLUSH_STEP {
+            let Some(&(_, slot)) = e.tubes[t].buried.first() else {
+                break;
+            };
+            e.take_out(slot);
+            e.tubes[t].deletes += 1;
+            e.discard(slot);
+            flushed += 1;
+        }
+        e.tubes[t].using -= 1;
+        e.drop_tube_ref(t);
+    }
+    let total = e.ext_flushing(conn).unwrap_or(0) + flushed as u64;
+    if flushed == FLUSH_STEP {
+        e.ext_set_flushing(conn, total);
+        return Outcome::Again(Command::FlushBuried(name));
+    }
+    e.ext_clear_flushing(conn);
+    Outcome::Reply(Response::Flushed(total))
 }

@@ -16,6 +16,7 @@ use sprout_protocol::{Command, JobId, Response, TubeName};
 
 use super::conn::Wait;
 use super::counts::Counter;
+use super::heap::HeapEntry;
 use super::job::State;
 use super::profile::Profile;
 use super::room::Change;
@@ -45,8 +46,10 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
             e.put_tagged(e.used(conn), pri, delay, ttr, body, tags)
         }
         Command::Use(name) => use_tube(e, conn, name),
-        Command::Reserve => return reserve(e, conn, None),
-        Command::ReserveWithTimeout(timeout) => return reserve(e, conn, Some(micros(timeout))),
+        Command::Reserve => return reserve(e, conn, None, None),
+        Command::ReserveWithTimeout(timeout) => {
+            return reserve(e, conn, Some(micros(timeout)), None)
+        }
         Command::ReserveJob(id) => reserve_job(e, conn, id),
         Command::Delete(id) => delete(e, conn, id),
         Command::Release { id, pri, delay } => release(e, conn, id, pri, delay),
@@ -69,8 +72,24 @@ pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
         Command::Quit => return Outcome::Close,
         Command::PauseTube { tube, delay } => pause_tube(e, &tube, delay),
         Command::ReserveBatch(n) => batch::reserve_batch(e, conn, n),
+        // tuber: a timeout of 0 is the form without one.
+        Command::ReserveBatchWait { n, timeout } if timeout.is_zero() => {
+            batch::reserve_batch(e, conn, n)
+        }
+        Command::ReserveBatchWait { n, timeout } => {
+            return reserve(e, conn, Some(micros(timeout)), Some(n))
+        }
         Command::DeleteBatch(ids) => batch::delete_batch(e, conn, &ids),
         Command::FlushTube(tube) => return batch::flush_tube(e, conn, tube),
+        Command::FlushBuried(tube) => return batch::flush_buried(e, conn, tube),
+        Command::Drain => {
+            e.set_draining(true);
+            Response::Draining
+        }
+        Command::Undrain => {
+            e.set_draining(false);
+            Response::NotDraining
+        }
         Command::PeekReserved => batch::peek_reserved(e, conn),
         Command::StatsGroup(name) => e.stats_group(&name),
         Command::Fire { id, pri, ttr, body } => e.fire(conn, id, pri, ttr, body),
@@ -203,38 +222,57 @@ fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
 }
 
 /// `reserve`, and `reserve-with-timeout` (`timeout` in µs): the most
-/// urgent ready job of the unpaused tubes `conn` watches, or a wait.
+/// urgent ready job of the unpaused tubes `conn` watches, or a wait; with
+/// `batch`, `reserve-batch <n> <timeout>`: up to `n` of them, waiting only
+/// while there are none.
 /// Also: marks `conn` a worker; DEADLINE_SOON when a job it holds is in
 /// its safety margin and no watched tube has a ready job; the job's TTR
 /// timer; a wait is ended by `serve_waiters` (a job becomes ready, a pause
 /// ends), by `Engine::tick` (the timeout, the margin) or by a disconnect.
 /// Writes no record but in cluster mode (see `make_reserved`).
-fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>) -> Outcome {
+fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>, batch: Option<u32>) -> Outcome {
     e.set_worker(conn);
     let c = &e.conns[&conn];
     let ready = c.watch.iter().any(|&t| !e.tubes[t].ready.is_empty());
     if c.deadline_soon(e.now) && !ready {
         return Outcome::Reply(Response::DeadlineSoon);
     }
-    if let Some(slot) = e.best_ready(conn) {
-        e.take_out(slot);
-        e.make_reserved(conn, slot);
-        return Outcome::Reply(e.reserved_reply(slot));
+    if let Some(reply) = e.reserve_now(conn, batch) {
+        return Outcome::Reply(reply);
     }
     if timeout == Some(0) {
-        return Outcome::Reply(Response::TimedOut);
+        return Outcome::Reply(Wait::timed_out(batch));
     }
     let seq = e.next_wait_seq;
     e.next_wait_seq += 1;
     let until = timeout.map(|t| e.now.saturating_add(t));
     let c = e.conns.get_mut(&conn).expect("known connection");
-    c.wait = Some(Wait { seq, until });
+    c.wait = Some(Wait { seq, until, batch });
     for &t in &c.watch {
         e.tubes[t].waiters.insert(seq, conn);
     }
     e.stats.waiting += 1;
     e.arm_conn(conn);
     Outcome::Wait
+}
+
+impl Engine {
+    /// What a reserve by `conn` (a batch of up to `n` with `batch`) takes
+    /// now, if any job is ready for it.
+    pub(super) fn reserve_now(&mut self, conn: ConnId, batch: Option<u32>) -> Option<Response> {
+        match batch {
+            None => {
+                let slot = self.best_ready(conn)?;
+                self.take_out(slot);
+                self.make_reserved(conn, slot);
+                Some(self.reserved_reply(slot))
+            }
+            Some(n) => {
+                let jobs = self.take_ready(conn, n);
+                (!jobs.is_empty()).then_some(Response::ReservedBatch(jobs))
+            }
+        }
+    }
 }
 
 /// `reserve-job <id>`: that job, from whatever queue holds it (paused or
@@ -409,24 +447,20 @@ fn kick(e: &mut Engine, conn: ConnId, bound: u32) -> Response {
 
 impl Engine {
     /// `kick <bound>` on tube `t` (also the admin API's): buried jobs if
-    /// there are any (oldest first), else delayed jobs (soonest first).
+    /// there are any (oldest first), else delayed jobs (soonest first),
+    /// passing over the `aft:` jobs a kick must leave (`ext.rs`).
     /// Also: stops at the first job the store has no room to record;
     /// kicked jobs go to the tube's waiters; `kicks`; update records.
     pub(super) fn kick(&mut self, t: TubeIx, bound: u32) -> u32 {
         let from_buried = !self.tubes[t].buried.is_empty();
         let mut kicked = 0;
         while kicked < bound {
-            let tube = &self.tubes[t];
             let next = if from_buried {
-                tube.buried.first().map(|&(_, slot)| slot)
+                self.tubes[t].buried.first().map(|&(_, slot)| slot)
             } else {
-                tube.delayed.peek().map(|e| e.slot)
+                self.next_kickable_delayed(t)
             };
             let Some(slot) = next else { break };
-            // Held `aft:` jobs come last in the delay order: not kicked.
-            if !from_buried && self.is_held(slot) {
-                break;
-            }
             if !self.room_to_update(slot) {
                 break;
             }
@@ -434,6 +468,23 @@ impl Engine {
             kicked += 1;
         }
         kicked
+    }
+
+    /// Tube `t`'s soonest delayed job a kick may move: the heap's top
+    /// unless a kick must leave it, then the soonest of the others (a
+    /// scan, only while such a job is on top).
+    fn next_kickable_delayed(&self, t: TubeIx) -> Option<JobSlot> {
+        let top = self.tubes[t].delayed.peek()?;
+        if !self.kick_blocked(top.slot) {
+            return Some(top.slot);
+        }
+        self.tubes[t]
+            .delayed
+            .entries()
+            .iter()
+            .map(|e| e.slot())
+            .filter(|&slot| !self.kick_blocked(slot))
+            .min_by_key(|&slot| (self.jobs[slot].deadline, self.jobs[slot].id))
     }
 
     /// A buried or delayed job becomes ready (`kick`, `kick-job`, the
@@ -446,11 +497,15 @@ impl Engine {
     }
 }
 
-/// `kick-job <id>`: a buried or delayed job, in any tube.
+/// `kick-job <id>`: a buried or delayed job, in any tube; NOT_FOUND for an
+/// `aft:` job a kick must leave (`ext.rs`), as `reserve-job` answers.
 /// Also: OUT_OF_MEMORY, changing nothing, without room to record it; see
 /// [`Engine::kick_job`].
 fn kick_job(e: &mut Engine, id: JobId) -> Response {
     match e.jobs.find(id) {
+        Some(slot) if e.jobs[slot].state() == State::Delayed && e.kick_blocked(slot) => {
+            Response::NotFound
+        }
         Some(slot) if matches!(e.jobs[slot].state(), State::Buried | State::Delayed) => {
             if !e.room_to_update(slot) {
                 return Response::OutOfMemory;

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use sprout_protocol::Response;
+
 use super::table::JobSlot;
 use super::tube_ix::{TubeIx, DEFAULT_TUBE};
 use super::Time;
@@ -23,12 +25,25 @@ pub(super) struct Conn {
     pub(super) worker: bool,
 }
 
-/// A connection blocked in `reserve`.
+/// A connection blocked in `reserve` (or `reserve-batch <n> <timeout>`).
 pub(super) struct Wait {
     /// Orders waiters: the smallest waited longest.
     pub(super) seq: u64,
     /// When `reserve-with-timeout` gives up.
     pub(super) until: Option<Time>,
+    /// A `reserve-batch`'s `n`: the jobs it takes once one is ready.
+    pub(super) batch: Option<u32>,
+}
+
+impl Wait {
+    /// What a wait for `batch` answers when its time is up: TIMED_OUT, or
+    /// an empty batch (tuber's `reserve-batch` never answers TIMED_OUT).
+    pub(super) fn timed_out(batch: Option<u32>) -> Response {
+        match batch {
+            None => Response::TimedOut,
+            Some(_) => Response::ReservedBatch(Vec::new()),
+        }
+    }
 }
 
 impl Conn {

@@ -30,15 +30,26 @@
 //! # Groups
 //!
 //! A `grp:G` job is a member of G until it is deleted (a buried member
-//! still counts). A `put … aft:G` without a delay, while G has members, is
-//! held: a delayed job due never ([`HELD`]), so it keeps its tube alive,
-//! `kick` stops before it (`kick-job` releases it early) and
-//! `reserve-job` answers NOT_FOUND for it. The delete of G's last member
-//! makes G's held jobs ready (and serves waiters). Group names are global;
-//! nothing detects cycles (as in tuber). Only the tags are journaled: a
-//! held job's record says `Delayed(HELD)`, and a restart counts the
-//! members back from their jobs, keeps the held jobs whose group still has
-//! some, and releases the others at its first tick, once every job is back.
+//! still counts). An `aft:G` job never becomes ready while G has members:
+//! put without a delay, or when its delay ends, it is held instead, a
+//! delayed job due never ([`HELD`]), so it keeps its tube alive and
+//! `reserve-job` answers NOT_FOUND for it. `kick` passes over it and over
+//! a delayed `aft:` job whose group has members (it counts only the jobs
+//! it moved), and `kick-job` answers NOT_FOUND for both: a kick is what
+//! scripts send to retry a job, and must not break a dependency. The
+//! admin API's release of a hold (`Engine::release_hold`) is the one
+//! override. The delete of G's last member makes G's held jobs ready (and
+//! serves waiters); a delayed one stays delayed until its delay ends.
+//! Group names are global; nothing detects cycles (as in tuber).
+//!
+//! Only the tags are journaled: a held job's record says `Delayed(HELD)`
+//! (or the delay it had), and a restart, or a standby following its
+//! leader, counts the members back from their jobs and holds every `aft:`
+//! job whose delay is over; its first tick, once every job is back,
+//! releases those whose group has no member. A job that leaves a group
+//! without a delete (`Engine::forget`, which a standby also runs before it
+//! applies a job's newer record) releases nothing until that tick, so a
+//! member being replaced never lets a held job through.
 //!
 //! # Durability
 //!
@@ -61,7 +72,7 @@ use sprout_protocol::{DupState, JobId, Response, TagName, Tags, TubeName};
 
 use super::heap::ByPriority;
 use super::job::State;
-use super::journal::{Extras, JobImage};
+use super::journal::{Extras, JobImage, Stored};
 use super::room::Change;
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
@@ -86,9 +97,10 @@ pub(super) struct Ext {
     con_freed: bool,
     /// By name: the groups of `grp:` and `aft:`.
     groups: FxHashMap<TagName, Group>,
-    /// A restart restored held `aft:` jobs: release those whose group is
-    /// complete (`Engine::tick`, once every job is back).
-    groups_restored: bool,
+    /// Held `aft:` jobs may have a group with no member left (a restart,
+    /// a job forgotten): `Engine::tick` releases them, once every job is
+    /// back.
+    groups_unsettled: bool,
     /// Puts refused for `--max-jobs-size` (`EngineConfig::jobs_budget`).
     over_budget: u64,
 }
@@ -97,13 +109,14 @@ pub(super) struct Ext {
 #[derive(Default)]
 struct Group {
     members: rustc_hash::FxHashSet<JobSlot>,
-    /// `(slot, id)`: a held job may have left meanwhile (deleted, kicked).
+    /// `(slot, id)`: a held job may have left meanwhile (deleted, released
+    /// by the admin API).
     waiting: Vec<(JobSlot, JobId)>,
 }
 
 /// An `aft:` job is held as a delayed job due never: it keeps its tube
-/// alive and leaves by every way a delayed job does, last in its tube's
-/// delay order (`kick` stops before it).
+/// alive, comes last in its tube's delay order, and is deleted or flushed
+/// as a delayed job is.
 pub(super) const HELD: Time = Time::MAX;
 
 /// Who holds an `idp:` key.
@@ -212,7 +225,7 @@ impl Engine {
         held
     }
 
-    /// Holds the new job `slot` until its `aft:` group has no members.
+    /// Holds job `slot`, in no queue, until its `aft:` group has no members.
     pub(super) fn hold(&mut self, slot: JobSlot) {
         let group = self.ext.tags[&slot].aft.clone().expect("an aft: job");
         let id = self.jobs[slot].id;
@@ -227,24 +240,38 @@ impl Engine {
         job.tagged() && job.state() == State::Delayed && job.deadline == HELD
     }
 
-    /// Job `slot` leaves its group (deleted): if that was the last member,
-    /// the group's held jobs become ready.
-    fn leave_group(&mut self, slot: JobSlot, tags: &Tags) {
+    /// Whether job `slot` is an `aft:` job whose group has members: it
+    /// may not become ready (put, delay's end, kick).
+    pub(super) fn aft_pending(&self, slot: JobSlot) -> bool {
+        if !self.jobs[slot].tagged() {
+            return false;
+        }
+        let group = self.ext.tags.get(&slot).and_then(|t| t.aft.as_ref());
+        group
+            .and_then(|name| self.ext.groups.get(name))
+            .is_some_and(|g| !g.members.is_empty())
+    }
+
+    /// Whether a kick must leave delayed job `slot` where it is: held, or
+    /// an `aft:` job whose group has members.
+    pub(super) fn kick_blocked(&self, slot: JobSlot) -> bool {
+        self.is_held(slot) || self.aft_pending(slot)
+    }
+
+    /// Job `slot` leaves its group. If it was the last member, the group's
+    /// held jobs become ready: at once with `release` (a delete), else at
+    /// the next tick (a job forgotten: [`Engine::release_unsettled`]).
+    fn leave_group(&mut self, slot: JobSlot, tags: &Tags, release: bool) {
         if let Some(name) = &tags.grp {
             let Some(g) = self.ext.groups.get_mut(name) else {
                 return;
             };
             g.members.remove(&slot);
-            if g.members.is_empty() {
-                let waiting = std::mem::take(&mut g.waiting);
-                self.ext.groups.remove(name);
-                for (slot, id) in waiting {
-                    let still = self.jobs.find(id) == Some(slot) && self.is_held(slot);
-                    if still {
-                        self.take_out(slot);
-                        self.make_ready(slot);
-                    }
-                }
+            if g.members.is_empty() && !release {
+                self.ext.groups_unsettled = true;
+            } else if g.members.is_empty() {
+                let g = self.ext.groups.remove(name).expect("found");
+                self.release_held(g.waiting);
             }
         }
         if let Some(name) = &tags.aft {
@@ -257,10 +284,21 @@ impl Engine {
         }
     }
 
-    /// After a restart: the restored held jobs whose group has no member
-    /// left become ready (in the order they were held).
-    pub(super) fn release_restored(&mut self) {
-        self.ext.groups_restored = false;
+    /// The jobs of `waiting` still held become ready, in the order they
+    /// were held.
+    fn release_held(&mut self, waiting: Vec<(JobSlot, JobId)>) {
+        for (slot, id) in waiting {
+            if self.jobs.find(id) == Some(slot) && self.is_held(slot) {
+                self.take_out(slot);
+                self.make_ready(slot);
+            }
+        }
+    }
+
+    /// After a restart or a forgotten member: the held jobs whose group
+    /// has no member left become ready.
+    pub(super) fn release_unsettled(&mut self) {
+        self.ext.groups_unsettled = false;
         let empty: Vec<TagName> = self
             .ext
             .groups
@@ -270,31 +308,28 @@ impl Engine {
             .collect();
         for name in empty {
             let g = self.ext.groups.remove(&name).expect("listed");
-            for (slot, id) in g.waiting {
-                if self.jobs.find(id) == Some(slot) && self.is_held(slot) {
-                    self.take_out(slot);
-                    self.make_ready(slot);
-                }
-            }
+            self.release_held(g.waiting);
         }
     }
 
-    /// A restored job held by its `aft:` group (`Stored::Delayed(HELD)`):
-    /// counted as waiting; released at the first tick if its group is
-    /// empty by then.
-    pub(super) fn restored_held(&mut self, slot: JobSlot) {
-        let Some(group) = self.ext.tags.get(&slot).and_then(|t| t.aft.clone()) else {
-            return;
-        };
-        let id = self.jobs[slot].id;
-        let g = self.ext.groups.entry(group).or_default();
-        g.waiting.push((slot, id));
-        self.ext.groups_restored = true;
+    /// Whether the job of `image`, restored, is held: an `aft:` job whose
+    /// delay is over (or that was held). Released at the first tick if its
+    /// group has no member by then.
+    pub(super) fn restores_held(&self, image: &JobImage) -> bool {
+        let aft = image.ext.as_ref().is_some_and(|e| e.tags.aft.is_some());
+        aft && matches!(image.state, Stored::Delayed(until) if until <= self.now || until == HELD)
     }
 
-    /// Whether [`Engine::release_restored`] has work.
-    pub(super) fn groups_restored(&self) -> bool {
-        self.ext.groups_restored
+    /// A restored job held by its `aft:` group: counted as waiting;
+    /// released at the first tick if its group is empty by then.
+    pub(super) fn restore_held(&mut self, slot: JobSlot) {
+        self.hold(slot);
+        self.ext.groups_unsettled = true;
+    }
+
+    /// Whether [`Engine::release_unsettled`] has work.
+    pub(super) fn groups_unsettled(&self) -> bool {
+        self.ext.groups_unsettled
     }
 
     /// `stats-group <name>`: tuber's document. Reads only.
@@ -375,7 +410,7 @@ impl Engine {
             self.tubes[self.jobs.tube(slot)].name.clone(),
         );
         if tags.grp.is_some() || tags.aft.is_some() {
-            self.leave_group(slot, &tags);
+            self.leave_group(slot, &tags, true);
         }
         let Some((key, ttl)) = &tags.idp else {
             return false;
@@ -417,7 +452,7 @@ impl Engine {
             return;
         };
         if tags.grp.is_some() || tags.aft.is_some() {
-            self.leave_group(slot, &tags);
+            self.leave_group(slot, &tags, false);
         }
         if let Some((key, _)) = &tags.idp {
             let name = &self.tubes[self.jobs.tube(slot)].name;

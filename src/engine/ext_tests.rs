@@ -173,3 +173,81 @@ fn stats_job_lists_a_tagged_jobs_tags() {
         assert!(d.ends_with(tail), "{d}");
     }
 }
+
+fn group_tags(grp: Option<&str>, aft: Option<&str>) -> Tags {
+    Tags {
+        grp: grp.map(Into::into),
+        aft: aft.map(Into::into),
+        ..Tags::default()
+    }
+}
+
+/// The put records of `e`'s journal, by job id order.
+fn put_images(e: &mut Engine) -> Vec<super::JobImage> {
+    e.take_journal()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Put(image) => Some(image),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A standby applies a job's newer record by forgetting the job and
+/// restoring it: when that job is its group's last member, the held
+/// `aft:` job must stay held; a delete (a forget alone) releases it.
+#[test]
+fn a_standby_replacing_the_last_member_keeps_the_held_job_held() {
+    let mut leader = engine_with(true);
+    let c = leader.connect();
+    put(&mut leader, c, Some(group_tags(Some("g"), None)), 0);
+    put(&mut leader, c, Some(group_tags(None, Some("g"))), 0);
+    let images = put_images(&mut leader);
+    assert_eq!(images[1].state, Stored::Delayed(super::ext::HELD));
+    let mut standby = engine_with(true);
+    images.iter().for_each(|image| standby.restore(image));
+    standby.tick(S);
+    let w = standby.connect();
+    standby.forget(1);
+    standby.restore(&images[0]);
+    standby.tick(2 * S);
+    assert_eq!(reply(&mut standby, w, C::ReserveJob(2), 2 * S), R::NotFound);
+    standby.forget(1);
+    standby.tick(3 * S);
+    let reserved = reply(&mut standby, w, C::ReserveJob(2), 3 * S);
+    assert!(
+        matches!(reserved, R::Reserved { id: 2, .. }),
+        "{reserved:?}"
+    );
+}
+
+/// A delayed `aft:` job restored after its delay ended is held while its
+/// group has members, and kicks leave it.
+#[test]
+fn a_delayed_aft_job_restored_after_its_delay_is_held() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    put(&mut e, c, Some(group_tags(Some("g"), None)), 0);
+    let delayed = C::Put {
+        pri: 10,
+        delay: Duration::from_secs(5),
+        ttr: Duration::from_secs(60),
+        body: Bytes::from_static(b"body"),
+        tags: Some(Box::new(group_tags(None, Some("g")))),
+    };
+    assert_eq!(reply(&mut e, c, delayed, 0), R::Inserted(2));
+    let images = put_images(&mut e);
+    assert_eq!(images[1].state, Stored::Delayed(5 * S));
+    let mut again = engine_with(true);
+    again.tick(10 * S);
+    images.iter().for_each(|image| again.restore(image));
+    let w = again.connect();
+    assert_eq!(reply(&mut again, w, C::Kick(10), 10 * S), R::KickedCount(0));
+    assert_eq!(reply(&mut again, w, C::KickJob(2), 10 * S), R::NotFound);
+    assert_eq!(reply(&mut again, w, C::Delete(1), 10 * S), R::Deleted);
+    let reserved = reply(&mut again, w, C::ReserveJob(2), 10 * S);
+    assert!(
+        matches!(reserved, R::Reserved { id: 2, .. }),
+        "{reserved:?}"
+    );
+}

@@ -56,16 +56,15 @@ pub use admin::AdminError;
 pub use browse::{Apart, Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 use clock::{micros, seconds, MICROS_PER_SECOND};
 pub use clock::{Clock, Time};
-use conn::Conn;
+use conn::{Conn, Wait};
 use counts::Counter;
-use heap::ByPriority;
 pub use histogram::{quantile, Histogram, Latency, BOUNDS_MICROS};
 use host::Host;
 pub use job::State;
 pub use journal::{Extras, JobImage, Record, Stored};
 pub use room::{cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES};
-pub use stats::ClusterStats;
 use stats::Stats;
+pub use stats::{via_lines, ClusterStats, VIA_NODE, VIA_ROLE};
 use table::{JobSlot, JobTable};
 use timers::{TimerKey, Timers};
 use tube::Tubes;
@@ -183,6 +182,11 @@ impl Engine {
         self.cluster = Some(cluster);
     }
 
+    /// This node's cluster as [`Engine::set_cluster`] last set it.
+    pub fn cluster(&self) -> Option<&ClusterStats> {
+        self.cluster.as_ref()
+    }
+
     /// A new client: it uses and watches `default`.
     pub fn connect(&mut self) -> ConnId {
         let id = self.next_conn;
@@ -282,8 +286,8 @@ impl Engine {
         if self.cooling() {
             self.expire_cooling();
         }
-        if self.groups_restored() {
-            self.release_restored();
+        if self.groups_unsettled() {
+            self.release_unsettled();
         }
         while let Some(key) = self.timers.pop_due(self.now) {
             match key {
@@ -335,8 +339,10 @@ impl Engine {
 
     /// Puts back a job from the store at startup, in its stored state: a
     /// reserved job comes back ready, a delayed job whose moment passed
-    /// while the server was down comes back ready. Call in bury order for
-    /// buried jobs; ids issued later are above every restored one.
+    /// while the server was down comes back ready (an `aft:` job held,
+    /// until the first tick finds its group empty: `ext.rs`). Call in bury
+    /// order for buried jobs; ids issued later are above every restored
+    /// one.
     ///
     /// In cluster mode (a standby following its leader) a reserved job is
     /// held by [`DEPARTED`] until its stored deadline instead, then times
@@ -358,8 +364,9 @@ impl Engine {
         self.jobs.set_counts(slot, image.counts());
         if let Some(extras) = &image.ext {
             self.attach(slot, Box::new(extras.tags.clone()));
-            if image.state == Stored::Delayed(ext::HELD) {
-                self.restored_held(slot);
+            if self.restores_held(image) {
+                self.restore_held(slot);
+                return;
             }
         }
         match image.state {
@@ -401,13 +408,15 @@ impl Engine {
         self.drop_tube_ref(tube);
     }
 
-    /// Ends `conn`'s blocked `reserve` without an answer; says whether it
-    /// was waiting. For a client that half-closes while waiting, which
-    /// beanstalkd answers with TIMED_OUT.
-    pub fn cancel_wait(&mut self, conn: ConnId) -> bool {
-        let waiting = self.conns.get(&conn).is_some_and(|c| c.wait.is_some());
+    /// Ends `conn`'s blocked `reserve` now, as if its time were up: the
+    /// answer that gives (TIMED_OUT, or an empty batch), if it was waiting.
+    /// For a client that half-closes while waiting, which beanstalkd
+    /// answers with TIMED_OUT.
+    pub fn cancel_wait(&mut self, conn: ConnId) -> Option<Response> {
+        let wait = self.conns.get(&conn)?.wait.as_ref()?;
+        let answer = Wait::timed_out(wait.batch);
         self.stop_waiting(conn);
-        waiting
+        Some(answer)
     }
 
     #[cfg(test)]
@@ -809,13 +818,13 @@ impl Engine {
             let Some((_, &conn)) = tube.waiters.first_key_value() else {
                 return;
             };
-            let Some(ByPriority { slot, .. }) = self.ready_top(t) else {
+            if self.ready_top(t).is_none() {
                 return;
-            };
+            }
+            let batch = self.conns[&conn].wait.as_ref().and_then(|w| w.batch);
             self.stop_waiting(conn);
-            self.take_out(slot);
-            self.make_reserved(conn, slot);
-            let reply = self.reserved_reply(slot);
+            // The tube's top is ready for it, so there is a job to take.
+            let reply = self.reserve_now(conn, batch).expect("a ready job");
             self.wakeups.push((conn, reply));
         }
     }
@@ -844,13 +853,18 @@ impl Engine {
             .set(TimerKey::Conn(conn), self.conns[&conn].due());
     }
 
-    /// Tube `t`'s soonest delayed job is due.
+    /// Tube `t`'s soonest delayed job is due: ready, or held if it is an
+    /// `aft:` job whose group has members (`ext.rs`).
     fn delay_ended(&mut self, t: TubeIx) {
         match self.tubes[t].delayed.peek() {
             Some(due) if { due.deadline } <= self.now => {
                 let slot = due.slot;
                 self.take_out(slot);
-                self.make_ready(slot);
+                if self.aft_pending(slot) {
+                    self.hold(slot);
+                } else {
+                    self.make_ready(slot);
+                }
             }
             _ => self.arm_delayed(t),
         }
@@ -876,11 +890,11 @@ impl Engine {
         let timed_out = self.conns[&conn]
             .wait
             .as_ref()
-            .and_then(|w| w.until)
-            .is_some_and(|until| until <= self.now);
-        if timed_out {
+            .filter(|w| w.until.is_some_and(|until| until <= self.now));
+        if let Some(wait) = timed_out {
+            let answer = Wait::timed_out(wait.batch);
             self.stop_waiting(conn);
-            self.wakeups.push((conn, Response::TimedOut));
+            self.wakeups.push((conn, answer));
         }
         self.arm_conn(conn);
     }

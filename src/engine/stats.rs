@@ -26,7 +26,7 @@ const SECOND: Time = 1_000_000;
 /// in [`JobRow`].
 #[derive(Clone, Default)]
 pub(super) struct Stats {
-    ops: [u64; Op::ALL.len()],
+    ops: OpCounts,
     pub(super) urgent: u64,
     pub(super) ready: u64,
     pub(super) reserved: u64,
@@ -44,11 +44,22 @@ pub(super) struct Stats {
 impl Stats {
     /// Counts one command of kind `op` (`cmd-*`).
     pub(super) fn count(&mut self, op: Op) {
-        self.ops[op as usize] += 1;
+        self.ops.0[op as usize] += 1;
     }
 
     fn op(&self, op: Op) -> u64 {
-        self.ops[op as usize]
+        self.ops.0[op as usize]
+    }
+}
+
+/// By [`Op`]: how many commands of each kind (more than the 32 an array
+/// derives `Default` for).
+#[derive(Clone)]
+struct OpCounts([u64; Op::ALL.len()]);
+
+impl Default for OpCounts {
+    fn default() -> Self {
+        OpCounts([0; Op::ALL.len()])
     }
 }
 
@@ -62,7 +73,8 @@ pub(super) struct ServerFacts<'a> {
     pub(super) cluster: Option<&'a ClusterStats>,
 }
 
-/// A cluster node's lines in `stats`, after beanstalkd's own keys.
+/// A cluster node's lines in `stats`, after beanstalkd's own keys, and
+/// the members it sees (for `/api/cluster`, not in `stats`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterStats {
     pub name: String,
@@ -73,7 +85,21 @@ pub struct ClusterStats {
     pub leader: String,
     /// Counts takeovers: each leader's is one more.
     pub epoch: u64,
+    /// Every node's id and advertised address, from their claims.
+    pub members: Vec<(String, String)>,
 }
+
+/// The last lines of a cluster node's `stats`: the node that answered.
+/// The leader's own name itself; a standby that passes a client's `stats`
+/// on puts its own in their place (`cluster/via.rs`), so a client can
+/// tell which node it reached while the figures stay the leader's.
+pub fn via_lines(node: &str, role: &str) -> String {
+    format!("{VIA_NODE}: \"{node}\"\n{VIA_ROLE}: {role}\n")
+}
+
+/// The keys of [`via_lines`].
+pub const VIA_NODE: &str = "cluster-via-node";
+pub const VIA_ROLE: &str = "cluster-via-role";
 
 /// The `stats` document.
 pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
@@ -146,6 +172,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
         line("cluster-role", &c.role);
         line("cluster-leader", &Quoted(&c.leader));
         line("cluster-epoch", &c.epoch);
+        out.push_str(&via_lines(&c.node, c.role));
     }
     finish(out)
 }

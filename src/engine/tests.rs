@@ -1039,11 +1039,22 @@ fn disconnect_of_a_waiter_removes_it() {
 fn cancel_wait_stops_waiting() {
     let mut e = engine();
     let (w, p) = (e.connect(), e.connect());
-    assert!(!e.cancel_wait(w));
+    assert_eq!(e.cancel_wait(w), None);
     assert_eq!(e.execute(w, C::Reserve, 0), Outcome::Wait);
-    assert!(e.cancel_wait(w));
+    assert_eq!(e.cancel_wait(w), Some(R::TimedOut));
     put_ready(&mut e, p, 0, 0);
     assert!(wakeups(&mut e).is_empty());
+    // A `reserve-batch` that waits ends with an empty batch, never
+    // TIMED_OUT.
+    let batch = C::ReserveBatchWait {
+        n: 5,
+        timeout: Duration::from_secs(9),
+    };
+    assert!(
+        matches!(e.execute(w, C::ReserveBatch(5), 0), Outcome::Reply(R::ReservedBatch(jobs)) if jobs.len() == 1)
+    );
+    assert_eq!(e.execute(w, batch, 0), Outcome::Wait);
+    assert_eq!(e.cancel_wait(w), Some(R::ReservedBatch(Vec::new())));
 }
 
 #[test]
@@ -1548,6 +1559,7 @@ fn clustered(role: &'static str) -> Engine {
         role,
         leader: String::new(),
         epoch: 1,
+        members: Vec::new(),
     });
     e
 }

@@ -7,7 +7,8 @@
 //!
 //! Server-wide figures (`/api/server`, `/api/history`, `/metrics`) count
 //! every tube's jobs, so they need `inspect` on every tube; the tube list
-//! needs it on some tube and shows only those (`api.rs`). The dashboard
+//! needs it on some tube and shows only those (`api.rs`), as does the
+//! cluster's membership (`/api/cluster`: no tube's figures in it). The dashboard
 //! page itself needs only a signed-in caller: what it then shows is what
 //! the API lets that caller read, and its buttons answer 403 where the
 //! caller may not act.
@@ -48,12 +49,12 @@ pub fn need(method: &Method, route: &str) -> Need {
     let (action, scope) = match (get, route) {
         (true, "/") => (Inspect, Anyone),
         (true, "/metrics" | "/api/server" | "/api/history") => (Inspect, Everywhere),
-        (true, "/api/tubes") => (Inspect, Somewhere),
+        (true, "/api/tubes" | "/api/cluster") => (Inspect, Somewhere),
         (true, "/api/tubes/{tube}" | "/api/tubes/{tube}/jobs") => (Inspect, Tube),
         (false, "/api/tubes/{tube}/jobs") if method == Method::POST => (Produce, Tube),
         (true, "/api/jobs/{id}" | "/api/jobs/{id}/body") => (Inspect, Job),
         (false, "/api/jobs/{id}") if method == Method::DELETE => (Admin, Job),
-        (false, "/api/jobs/{id}/kick") => (Admin, Job),
+        (false, "/api/jobs/{id}/kick" | "/api/jobs/{id}/release-hold") => (Admin, Job),
         (false, route) if route.starts_with("/api/tubes/{tube}/") => (Admin, Tube),
         _ => (Admin, Everywhere),
     };
@@ -74,6 +75,7 @@ mod tests {
             (Method::GET, "/api/server", Inspect, Everywhere),
             (Method::GET, "/api/history", Inspect, Everywhere),
             (Method::GET, "/api/tubes", Inspect, Somewhere),
+            (Method::GET, "/api/cluster", Inspect, Somewhere),
             (Method::GET, "/api/tubes/{tube}", Inspect, Tube),
             (Method::GET, "/api/tubes/{tube}/jobs", Inspect, Tube),
             (Method::HEAD, "/api/tubes/{tube}/jobs", Inspect, Tube),
@@ -87,6 +89,7 @@ mod tests {
             (Method::GET, "/api/jobs/{id}/body", Inspect, Job),
             (Method::DELETE, "/api/jobs/{id}", Admin, Job),
             (Method::POST, "/api/jobs/{id}/kick", Admin, Job),
+            (Method::POST, "/api/jobs/{id}/release-hold", Admin, Job),
             // Not listed: closed.
             (Method::POST, "/api/server", Admin, Everywhere),
             (Method::PUT, "/api/jobs/{id}", Admin, Everywhere),

@@ -54,6 +54,14 @@ impl From<AdminError> for ApiError {
                 StatusCode::CONFLICT,
                 "the job is ready: only buried or delayed jobs can be kicked",
             ),
+            AdminError::Held => (
+                StatusCode::CONFLICT,
+                "the job waits for its aft: group: release its hold to run it now",
+            ),
+            AdminError::NotHeld => (
+                StatusCode::CONFLICT,
+                "the job is not held by its aft: group",
+            ),
             AdminError::Draining => (StatusCode::SERVICE_UNAVAILABLE, "draining: no new jobs"),
             AdminError::OutOfMemory => (
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -239,6 +239,7 @@ impl Collector for Snapshot {
             metric.encode_gauge(&value)?;
         }
         self.encode_tube_stats(&mut encoder)?;
+        encode_cluster_role(&self.stats, &mut encoder)?;
         self.encode_latency(&mut encoder)?;
         self.encode_journal(&mut encoder)?;
         if let Some(auth) = &self.auth {
@@ -369,6 +370,27 @@ impl Snapshot {
         }
         Ok(())
     }
+}
+
+/// On a cluster node, `sprout_cluster_role{role="leader"}` and
+/// `{role="standby"}`: 1 for the part it has (`stats`'s `cluster-role`),
+/// 0 for the other, so `sum` over the nodes counts leaders.
+fn encode_cluster_role(stats: &[u8], encoder: &mut DescriptorEncoder) -> fmt::Result {
+    let Some((_, role)) = figures::pairs(stats).find(|(key, _)| *key == "cluster-role") else {
+        return Ok(());
+    };
+    let mut metric = encoder.encode_descriptor(
+        "sprout_cluster_role",
+        "This node's part in its cluster: 1 for the one it has",
+        None,
+        MetricType::Gauge,
+    )?;
+    for part in ["leader", "standby"] {
+        metric
+            .encode_family(&[("role", part)])?
+            .encode_gauge(&i64::from(role == part))?;
+    }
+    Ok(())
 }
 
 fn label(tube: &TubeFigures) -> [(&'static str, &str); 1] {

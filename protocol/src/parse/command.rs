@@ -19,9 +19,10 @@
 //! a tag are allowed, as tuber allows them. Any other text is beanstalkd's
 //! `BAD_FORMAT` (counted as a put, the body left unread), so no classic
 //! line reads differently. The new command words (`reserve-batch`,
-//! `delete-batch`, `flush-tube`, `peek-reserved`, `stats-group`) take their
-//! arguments like beanstalkd's own commands (spaces before a number, none
-//! after).
+//! `delete-batch`, `flush-tube`, `flush-buried`, `peek-reserved`,
+//! `stats-group`, `drain`, `undrain`) take their arguments like
+//! beanstalkd's own commands (spaces before a number, none after);
+//! `reserve-batch`'s optional timeout follows one space.
 //!
 //! # sprout's extension
 //!
@@ -42,6 +43,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use nom::bytes::complete::take_while1;
+use nom::character::complete::char;
+use nom::combinator::opt;
 use nom::sequence::{preceded, tuple};
 
 use super::number::{
@@ -58,7 +61,7 @@ const MAX_RESERVE_TIMEOUT: u64 = i32::MAX as u64;
 /// The command words in the order beanstalkd tries them, and whether the word
 /// must be followed by a space to match.
 /// The extensions' words go before the words they start with.
-const WORDS: [(Op, bool); 31] = [
+const WORDS: [(Op, bool); 34] = [
     (Op::Put, true),
     (Op::Peek, true),
     (Op::PeekReady, false),
@@ -89,7 +92,10 @@ const WORDS: [(Op, bool); 31] = [
     (Op::Quit, false),
     (Op::PauseTube, false),
     (Op::FlushTube, true),
+    (Op::FlushBuried, true),
     (Op::Fire, true),
+    (Op::Drain, false),
+    (Op::Undrain, false),
 ];
 
 /// What a command line asks for.
@@ -167,10 +173,11 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
         Op::ListTubesWatched => exact(Command::ListTubesWatched),
         Op::PeekReserved => exact(Command::PeekReserved),
         Op::FlushTube => tube().map(Command::FlushTube),
+        Op::FlushBuried => tube().map(Command::FlushBuried),
+        Op::Drain => exact(Command::Drain),
+        Op::Undrain => exact(Command::Undrain),
         Op::StatsGroup => tag_name(args).map(Command::StatsGroup),
-        Op::ReserveBatch => whole(args, u32_field)
-            .filter(|n| (1..=MAX_BATCH as u32).contains(n))
-            .map(Command::ReserveBatch),
+        Op::ReserveBatch => reserve_batch(args),
         Op::DeleteBatch => whole(args, nom::multi::many1(u64_field))
             .filter(|ids| ids.len() <= MAX_BATCH)
             .map(Command::DeleteBatch),
@@ -179,6 +186,21 @@ pub fn parse_command_line(line: &[u8], max_job_size: u32) -> CommandLine {
         || reject(ProtocolError::BadFormat, None),
         CommandLine::Command,
     )
+}
+
+/// `reserve-batch <n>[ <timeout>]`: `n` from 1 to [`MAX_BATCH`]; the
+/// timeout in seconds as `reserve-with-timeout` reads it, but with nothing
+/// after it.
+fn reserve_batch(args: &[u8]) -> Option<Command> {
+    let timeout = preceded(char(' '), seconds(MAX_RESERVE_TIMEOUT));
+    let (n, timeout) = whole(args, tuple((u32_field, opt(timeout))))?;
+    if !(1..=MAX_BATCH as u32).contains(&n) {
+        return None;
+    }
+    Some(match timeout {
+        None => Command::ReserveBatch(n),
+        Some(timeout) => Command::ReserveBatchWait { n, timeout },
+    })
 }
 
 /// `auth <token>`, if `line` (without its CRLF) is one.

@@ -16,11 +16,12 @@ use crate::encode::fixed_word;
 use crate::{DupState, JobId, Response, TubeName};
 
 /// Every reply that is one fixed word.
-const FIXED: [Response; 21] = [
+const FIXED: [Response; 22] = [
     Response::Buried,
     Response::ExpectedCrlf,
     Response::JobTooBig,
     Response::Draining,
+    Response::NotDraining,
     Response::DeadlineSoon,
     Response::TimedOut,
     Response::Deleted,

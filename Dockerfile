@@ -12,7 +12,7 @@ ARG RUNTIME_IMAGE=docker.io/library/debian:bookworm-slim
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
 COPY . .
-# The dist profile: release without debug info, stripped (Cargo.toml).
+# The dist profile: release without debug info, stripped, with LTO (Cargo.toml).
 RUN cargo install --locked --profile dist --path . --root /out
 
 FROM ${RUNTIME_IMAGE}

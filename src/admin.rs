@@ -453,13 +453,24 @@ fn human_duration(seconds: f64) -> String {
     }
 }
 
-/// A job object with its `age` and `time_left` (seconds in the API) in
-/// human units.
+/// A job object with its durations (seconds in the API) in human units:
+/// `age`, `delay` and `ttr` (whole seconds: `30s`), and `time_left` only
+/// where a clock runs (delayed: until ready; reserved: until its TTR
+/// ends), elsewhere `-`.
 fn with_human_ages(job: &Value) -> Value {
     let mut job = job.clone();
+    let running = matches!(job["state"].as_str(), Some("delayed" | "reserved"));
     for key in ["age", "time_left"] {
         if let Some(seconds) = job[key].as_f64() {
             job[key] = Value::String(human_duration(seconds));
+        }
+    }
+    if !running && job.get("time_left").is_some() {
+        job["time_left"] = Value::Null;
+    }
+    for key in ["delay", "ttr"] {
+        if let Some(seconds) = job[key].as_u64() {
+            job[key] = Value::String(format!("{seconds}s"));
         }
     }
     job
@@ -601,6 +612,27 @@ mod tests {
         ];
         for (seconds, shown) in table {
             assert_eq!(human_duration(seconds), shown, "{seconds}");
+        }
+    }
+
+    #[test]
+    fn job_durations_carry_units_and_time_left_only_where_a_clock_runs() {
+        // (state, time left shown)
+        let table = [
+            ("delayed", json!("2.5s")),
+            ("reserved", json!("2.5s")),
+            ("ready", Value::Null),
+            ("buried", Value::Null),
+        ];
+        for (state, left) in table {
+            let job =
+                json!({"state": state, "age": 0.45, "delay": 30, "ttr": 60, "time_left": 2.5});
+            let shown = with_human_ages(&job);
+            assert_eq!(shown["time_left"], left, "{state}");
+            assert_eq!(
+                (&shown["age"], &shown["delay"], &shown["ttr"]),
+                (&json!("450ms"), &json!("30s"), &json!("60s"))
+            );
         }
     }
 

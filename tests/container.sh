@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The container image, for real, with Debian's podman: builds the
 # Dockerfile's runtime stage as written (its builder stage swapped for
-# target/release/sprout, since no Rust image can be pulled here) on the
+# the binary of the same `--profile dist` build, made here, since no Rust
+# image can be pulled here) on the
 # Debian bookworm base of tests/lib.sh (no image registry is reachable
 # here), runs it, and checks:
-# it serves on the published port as a non-root user, the HEALTHCHECK
+# the image's binary is the stripped one and under 15 MB, it serves on
+# the published port as a non-root user, the HEALTHCHECK
 # passes (and fails when the port is elsewhere), a job outlives a restart
 # in the volume, SIGTERM stops it cleanly, and flags override the image's
 # 0.0.0.0 default.
@@ -19,7 +21,10 @@ name="container test"
 . tests/lib.sh
 
 need_podman
-[ -x target/release/sprout ] || fail "no target/release/sprout (cargo build --release first)"
+# What the Dockerfile's builder stage installs: release without debug
+# info, stripped (Cargo.toml's [profile.dist]).
+cargo build --quiet --locked --profile dist --bin sprout
+binary=${CARGO_TARGET_DIR:-target}/dist/sprout
 
 image=localhost/sprout-test/sprout:$$
 volume=sprout-test-$$
@@ -34,11 +39,11 @@ trap cleanup EXIT
 
 make_base_image
 
-# The Dockerfile with its builder stage swapped for one that holds
-# target/release/sprout: the runtime stage, everything after the second
-# FROM, is built as written.
+# The Dockerfile with its builder stage swapped for one that holds the
+# dist binary: the runtime stage, everything after the second FROM, is
+# built as written.
 context=$(mktemp -d)
-cp target/release/sprout "$context/sprout"
+cp "$binary" "$context/sprout"
 awk '
     /^FROM / { from++ }
     from == 1 && /^FROM / { print "FROM scratch AS builder"; print "COPY sprout /out/bin/sprout"; next }
@@ -48,6 +53,12 @@ grep -q '^FROM ${RUNTIME_IMAGE}$' "$context/Dockerfile" || fail "no runtime stag
 pod build --quiet --format docker --pull=never --build-arg RUNTIME_IMAGE="$base_image" \
     -t "$image" "$context" >"$context/build.log" 2>&1 || fail "podman build: $(cat "$context/build.log")"
 note "built $image"
+
+# The shipped binary carries no debug info (81 MB of a 99.6 MB binary
+# once): under 15 MB.
+size=$(pod run --rm "${limits[@]}" --entrypoint stat "$image" -c %s /usr/local/bin/sprout)
+[ "$size" -lt 15000000 ] || fail "the image's binary is $size bytes, not under 15 MB"
+note "the image's binary: $size bytes"
 
 run() {
     local name=$1

@@ -52,6 +52,10 @@ for path in ./usr/bin/sprout ./etc/default/sprout ./usr/share/doc/sprout/README.
     ./usr/lib/systemd/system/sprout.service ./usr/lib/systemd/system/sprout.socket; do
     grep -q " $path\$" <<<"$contents" || fail "$path is not in the package"
 done
+# Every file the units name as their Documentation= is in the package.
+for doc in $(sed -n 's|^Documentation=file://||p' dist/systemd/sprout.service dist/systemd/sprout.socket); do
+    grep -q " .$doc\$" <<<"$contents" || fail "Documentation=$doc is not in the package"
+done
 dpkg-deb --field "$deb" Depends | grep -q adduser || fail "no Depends on adduser"
 dpkg-deb --field "$deb" Conflicts | grep -q . && fail "the package conflicts with something"
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/default/sprout ||

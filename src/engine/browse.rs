@@ -286,3 +286,75 @@ impl Engine {
         total
     }
 }
+
+/// Tubes picked by name, with the connections that use or watch them: how
+/// the dashboard sets the Redis bridge's timer tubes and its own
+/// connections apart from the user's figures (the bridge's timers would
+/// otherwise count as delayed jobs, its sessions as producers and workers).
+///
+/// The picked tubes' figures, and the connections that use or watch one.
+#[derive(Clone, Debug, Default)]
+pub struct Apart {
+    pub tubes: Vec<TubeFigures>,
+    pub connections: u32,
+    pub producers: u32,
+    pub workers: u32,
+}
+
+impl Engine {
+    /// The tubes `pick` chooses and their connections (one pass over the
+    /// connections; only the picked tubes' queues are read).
+    pub fn apart(&mut self, now: Time, pick: impl Fn(&TubeName) -> bool) -> Apart {
+        self.tick(now);
+        let picked: Vec<_> = (self.tubes.list().iter().copied())
+            .filter(|&t| pick(&self.tubes[t].name))
+            .collect();
+        let mut apart = Apart {
+            tubes: picked.iter().map(|&t| self.figures_of(t)).collect(),
+            ..Apart::default()
+        };
+        if picked.is_empty() {
+            return apart;
+        }
+        let held = |t| picked.contains(t);
+        for c in self.conns.values() {
+            if held(&c.using) || c.watch.iter().any(held) {
+                apart.connections += 1;
+                apart.producers += u32::from(c.producer);
+                apart.workers += u32::from(c.worker);
+            }
+        }
+        apart
+    }
+}
+
+#[cfg(test)]
+mod apart_tests {
+    use std::time::Duration;
+
+    use sprout_protocol::Command as C;
+
+    use super::super::tests::{engine_with, name, put_cmd, reply};
+
+    #[test]
+    fn picked_tubes_and_the_connections_that_use_or_watch_them() {
+        let mut e = engine_with(false);
+        let (user, timers, worker) = (e.connect(), e.connect(), e.connect());
+        reply(&mut e, user, put_cmd(0, Duration::ZERO, 60, "job"), 0);
+        reply(&mut e, timers, C::Use(name("bridge-timers.x")), 0);
+        let delayed = put_cmd(0, Duration::from_secs(30), 60, "timer");
+        reply(&mut e, timers, delayed, 0);
+        reply(&mut e, worker, C::Watch(name("bridge-timers.x")), 0);
+        reply(&mut e, worker, C::ReserveWithTimeout(Duration::ZERO), 0);
+        let apart = e.apart(0, |t| t.as_str().starts_with("bridge-timers."));
+        let names: Vec<_> = apart.tubes.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["bridge-timers.x"]);
+        assert_eq!(apart.tubes[0].delayed, 1);
+        assert_eq!(
+            (apart.connections, apart.producers, apart.workers),
+            (2, 1, 1)
+        );
+        let none = e.apart(0, |_| false);
+        assert!(none.tubes.is_empty() && none.connections == 0);
+    }
+}

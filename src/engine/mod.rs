@@ -53,7 +53,7 @@ mod tube;
 mod tube_ix;
 
 pub use admin::AdminError;
-pub use browse::{Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
+pub use browse::{Apart, Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 use clock::{micros, seconds, MICROS_PER_SECOND};
 pub use clock::{Clock, Time};
 use conn::{Conn, Wait};

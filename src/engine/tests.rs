@@ -42,7 +42,7 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-fn put_cmd(pri: u32, delay: Duration, ttr: u64, body: &'static str) -> C {
+pub(super) fn put_cmd(pri: u32, delay: Duration, ttr: u64, body: &'static str) -> C {
     C::Put {
         pri,
         delay,
@@ -52,7 +52,7 @@ fn put_cmd(pri: u32, delay: Duration, ttr: u64, body: &'static str) -> C {
     }
 }
 
-fn reply(e: &mut Engine, c: ConnId, cmd: C, now: Time) -> R {
+pub(super) fn reply(e: &mut Engine, c: ConnId, cmd: C, now: Time) -> R {
     match e.execute(c, cmd, now) {
         Outcome::Reply(r) => r,
         other => panic!("expected a reply, got {other:?}"),

@@ -31,6 +31,7 @@ use super::error::ApiError;
 use super::extract::{Json, Query};
 use super::figures;
 use super::metrics::BridgeFigures;
+use super::timers;
 
 /// Job bodies up to this size are inlined in `GET /api/jobs/{id}`; larger
 /// ones only through `/api/jobs/{id}/body`.
@@ -222,7 +223,7 @@ fn job_json(j: &JobInfo) -> Map<String, Value> {
 
 async fn server(State(app): State<Arc<App>>) -> Reply {
     let store_disk_bytes = app.store_bytes().await;
-    let (doc, bridge) = app.read(|engine, now| {
+    let (doc, bridge, timers) = app.read(|engine, now| {
         let bridge = app.bridge().map(|bridge| {
             let tubes = [&bridge.tube, &bridge.timers]
                 .into_iter()
@@ -241,12 +242,14 @@ async fn server(State(app): State<Arc<App>>) -> Reply {
                 "lateness_p99_ms": recent.quantile_ms(0.99),
             })
         });
-        (engine.stats_at(now), bridge)
+        let timers = timers::json(&timers::apart(engine, now));
+        (engine.stats_at(now), bridge, timers)
     })?;
     ok(json!({
         "stats": document(&doc),
         "store_disk_bytes": store_disk_bytes,
         "bridge": bridge,
+        "timers": timers,
     }))
 }
 

@@ -2,7 +2,8 @@
 //! the dashboard's charts (so a freshly opened dashboard has a past).
 //!
 //! A sample costs one short engine lock: the `stats` document and the
-//! tubes' latency histograms added up (no queue is scanned).
+//! tubes' latency histograms added up (no queue is scanned but the bridge's
+//! timer tubes', whose share the samples leave out: see `timers`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -10,10 +11,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::engine::Histogram;
+use crate::engine::{Histogram, Latency};
 use crate::shared::Shared;
 
 use super::figures;
+use super::timers;
 
 /// Samples kept: ten minutes.
 const KEPT: usize = 600;
@@ -67,18 +69,27 @@ pub async fn sample(history: Arc<History>, shared: Arc<Shared>) {
     loop {
         tick.tick().await;
         let now = shared.clock.now();
-        let (doc, latency) = {
+        let (doc, latency, apart) = {
             let mut state = shared.lock();
             let doc = state.engine.stats_at(now);
-            (doc, state.engine.latency_total(now))
+            let apart = timers::apart(&mut state.engine, now);
+            (doc, state.engine.latency_total(now), apart)
         };
-        let wait = latency.reserve_wait.since(&last);
-        last = latency.reserve_wait;
-        let get = |key| figures::get(&doc, key);
+        // The user's figures: the bridge's timer tubes left out.
+        let mut timer_latency = Latency::default();
+        apart
+            .tubes
+            .iter()
+            .for_each(|t| timer_latency.add(&t.latency));
+        let reserve_wait = latency.reserve_wait.since(&timer_latency.reserve_wait);
+        let wait = reserve_wait.since(&last);
+        last = reserve_wait;
+        let share = timers::share(&apart);
+        let get = |key| figures::get(&doc, key) - timers::of(&share, key);
         let seconds = |micros: f64| micros / 1e6;
         history.push(Sample {
             t: now as f64 / 1e6,
-            puts: get("cmd-put"),
+            puts: figures::get(&doc, "cmd-put") - timers::of(&share, "total-jobs"),
             reserves: get("cmd-reserve") + get("cmd-reserve-with-timeout"),
             deletes: get("cmd-delete"),
             ready: get("current-jobs-ready"),

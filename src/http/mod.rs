@@ -56,6 +56,7 @@ mod health;
 mod history;
 mod metrics;
 mod session;
+mod timers;
 mod tls_accept;
 
 use app::App;

@@ -5,6 +5,7 @@
 const $ = (sel) => document.querySelector(sel);
 const view = { page: "overview", tube: null, job: null, state: "ready", after: null, next: null, hex: false };
 let previous = null; // the last /api/tubes answer, with its time, for rates
+let timerTubes = new Set(); // the Redis bridge's, as /api/server names them: shown apart
 
 async function api(path, options = {}) {
   const init = { headers: {}, ...options };
@@ -35,7 +36,8 @@ function esc(s) {
 
 function duration(seconds) {
   if (seconds === null || seconds === undefined) return "–";
-  if (seconds < 1) return (seconds * 1000).toFixed(seconds < 0.01 ? 2 : 0) + " ms";
+  if (seconds < 0.001) return (seconds * 1e6).toFixed(0) + " µs";
+  if (seconds < 1) return (seconds * 1000).toFixed(seconds < 0.01 ? 1 : 0) + " ms";
   if (seconds < 120) return seconds.toFixed(1) + " s";
   if (seconds < 7200) return (seconds / 60).toFixed(1) + " min";
   if (seconds < 172800) return (seconds / 3600).toFixed(1) + " h";
@@ -44,6 +46,95 @@ function duration(seconds) {
 
 function number(n) {
   return n === undefined ? "–" : Number(n).toLocaleString("en-US");
+}
+
+// A count with its unit: "1 job", "1,200 jobs".
+function plural(n, unit) {
+  return n === undefined ? "–" : `${number(n)} ${unit}${n === 1 ? "" : "s"}`;
+}
+
+// Whole seconds, as delay and ttr are given: "60 s".
+function wholeSeconds(n) {
+  return n === undefined ? "–" : `${number(n)} s`;
+}
+
+// The round step (1, 2 or 5 × 10^n) at least `raw`.
+function niceStep(raw) {
+  if (!(raw > 0)) return 1;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].find((m) => m * power >= raw * (1 - 1e-9)) * power;
+  return Number(step.toPrecision(1));
+}
+
+// About `count` round ticks from 0 covering `max`: { step, values }.
+function ticks(max, count = 4) {
+  const step = niceStep(max / count);
+  const n = Math.max(1, Math.ceil(max / step - 1e-9));
+  return { step, values: Array.from({ length: n + 1 }, (_, i) => Number((i * step).toPrecision(12))) };
+}
+
+// A tick's label: as many decimals as its step needs, then the unit.
+function tickLabel(value, step, unit) {
+  const decimals = Math.max(0, Math.ceil(-Math.log10(step) - 1e-9));
+  const shown = value.toLocaleString("en-US", { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
+  return `${shown} ${unit}`;
+}
+
+// The unit a time axis reads best in, for values up to `maxSeconds`.
+function timeAxis(maxSeconds) {
+  if (maxSeconds < 1) return { unit: "ms", scale: 1000 };
+  if (maxSeconds < 120) return { unit: "s", scale: 1 };
+  return { unit: "min", scale: 1 / 60 };
+}
+
+// The server's figures without the bridge's share (its timer tubes and
+// connections, as /api/server's `timers` counts them).
+function userTotals(stats, timers) {
+  const user = { ...stats };
+  for (const [key, value] of Object.entries(timers || {})) {
+    if (typeof value === "number" && typeof stats[key] === "number") user[key] = Math.max(0, stats[key] - value);
+  }
+  return user;
+}
+
+// The bridge card: the embedded bridge's own figures when it reports them,
+// else what its timer tubes show (a `sprout bridge` process elsewhere).
+function bridgeCards(bridge, timers) {
+  const tubes = (timers && timers.tubes) || [];
+  if (!bridge && !tubes.length) return [];
+  const pending = timers ? timers.current_jobs_delayed + timers.current_jobs_ready + timers.current_jobs_reserved : undefined;
+  const ms = (v) => (v === null || v === undefined ? "–" : duration(v / 1000));
+  const recent = bridge && bridge.window_s ? ` (last ${Math.round(bridge.window_s / 60)} min)` : "";
+  return [
+    ...(bridge && bridge.keys !== undefined ? [["keys tracked", number(bridge.keys ?? undefined), "bridge-keys"]] : []),
+    ["timers pending", plural(bridge ? bridge.timers_pending : pending, "job"), "bridge-timers"],
+    ...(bridge && "deliveries" in bridge ? [
+      [`deliveries${recent}`, plural(bridge.deliveries, "job"), "bridge-deliveries"],
+      [`lateness p50${recent}`, ms(bridge.lateness_p50_ms), "bridge-p50"],
+      [`lateness p99${recent}`, ms(bridge.lateness_p99_ms), "bridge-p99"],
+    ] : []),
+    ["timer tubes", tubes.join(", ") || "–", "bridge-tubes"],
+  ];
+}
+
+// The job page's rows: [label, value, id]. Time left only where a clock
+// runs: a delayed job's until it is ready, a reserved one's until its TTR ends.
+function jobRows(job) {
+  const left = { delayed: "ready in", reserved: "TTR ends in" }[job.state];
+  return [
+    ["state", job.state, "state"],
+    ["pri", job.pri, "pri"],
+    ["age", duration(job.age), "age"],
+    ["delay", wholeSeconds(job.delay), "delay"],
+    ["ttr", wholeSeconds(job.ttr), "ttr"],
+    ...(left ? [[left, duration(job.time_left), "time_left"]] : []),
+    ["size", plural(job.size, "byte"), "size"],
+    ["reserves", job.reserves, "reserves"],
+    ["timeouts", job.timeouts, "timeouts"],
+    ["releases", job.releases, "releases"],
+    ["buries", job.buries, "buries"],
+    ["kicks", job.kicks, "kicks"],
+  ];
 }
 
 function cards(el, items) {
@@ -96,28 +187,30 @@ function bytes(n) {
   return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
 
-function drawServer(s, server) {
+function drawServer(all, server) {
+  const s = userTotals(all, server.timers);
+  timerTubes = new Set(server.timers ? server.timers.tubes : []);
+  const bridged = server.timers && server.timers.current_connections ? ` (and the bridge's ${server.timers.current_connections})` : "";
   $("#server-line").textContent =
-    `v${s.version} · up ${duration(s.uptime)} · ${s.current_connections} connections · ${s.current_workers} workers · ${s.current_producers} producers · pid ${s.pid}`;
+    `v${s.version} · up ${duration(s.uptime)} · ${plural(s.current_connections, "connection")}${bridged} · ${plural(s.current_workers, "worker")} · ${plural(s.current_producers, "producer")} · pid ${s.pid}`;
   const status = $("#status");
   status.textContent = s.draining ? "draining" : "serving";
   status.className = "pill" + (s.draining ? " warn" : "");
   if (view.page !== "overview") return;
   cards($("#cards"), [
-    ["ready", number(s.current_jobs_ready), "total-ready"],
-    ["urgent", number(s.current_jobs_urgent)],
-    ["reserved", number(s.current_jobs_reserved)],
-    ["delayed", number(s.current_jobs_delayed)],
-    ["buried", number(s.current_jobs_buried)],
-    ["tubes", number(s.current_tubes)],
-    ["jobs put", number(s.total_jobs)],
+    ["ready", plural(s.current_jobs_ready, "job"), "total-ready"],
+    ["urgent", plural(s.current_jobs_urgent, "job"), "total-urgent"],
+    ["reserved", plural(s.current_jobs_reserved, "job"), "total-reserved"],
+    ["delayed", plural(s.current_jobs_delayed, "job"), "total-delayed"],
+    ["buried", plural(s.current_jobs_buried, "job"), "total-buried"],
+    ["tubes", number(s.current_tubes), "total-tubes"],
+    ["jobs put", plural(s.total_jobs, "job"), "total-put"],
     ["TTR timeouts", number(s.job_timeouts)],
     ...(server.store_disk_bytes !== null ? [["store on disk", bytes(server.store_disk_bytes)]] : []),
-    ...(server.bridge ? [
-      ["bridge keys", number(server.bridge.keys ?? undefined), "bridge-keys"],
-      [`bridge timers (${server.bridge.timer_tube})`, number(server.bridge.timers_pending), "bridge-timers"],
-    ] : []),
   ]);
+  const bridge = bridgeCards(server.bridge, server.timers);
+  $("#bridge").hidden = !bridge.length;
+  cards($("#bridge-cards"), bridge);
 }
 
 async function refreshOverview() {
@@ -130,7 +223,7 @@ async function refreshOverview() {
     if (!old || span <= 0) return "–";
     return Math.max(0, (t[key] - old[key]) / span).toFixed(1);
   };
-  $("#tubes tbody").innerHTML = tubes.tubes.map((t) => `
+  const row = (t) => `
     <tr data-tube="${esc(t.name)}">
       <td><a href="#/tube/${encodeURIComponent(t.name)}">${esc(t.name)}</a>${t.paused ? ' <span class="pill warn">paused</span>' : ""}</td>
       <td class="ready">${number(t.current_jobs_ready)}</td>
@@ -145,7 +238,12 @@ async function refreshOverview() {
       <td>${duration(t.oldest_ready_age)}</td>
       <td>${duration(t.reserve_wait_p50)}</td>
       <td><a href="#/tube/${encodeURIComponent(t.name)}">jobs →</a></td>
-    </tr>`).join("");
+    </tr>`;
+  const timer = (t) => timerTubes.has(t.name);
+  $("#tubes tbody").innerHTML = tubes.tubes.filter((t) => !timer(t)).map(row).join("");
+  const timerRows = tubes.tubes.filter(timer);
+  $("#timer-tubes tbody").innerHTML = timerRows.map(row).join("");
+  $("#timer-tubes-part").hidden = !timerRows.length;
   previous = { at: now, tubes: tubes.tubes };
   drawCharts(history.samples);
 }
@@ -160,30 +258,33 @@ function rates(samples, key) {
 }
 
 function drawCharts(samples) {
-  chart($("#chart-rate"), [
+  chart($("#chart-rate"), { unit: "jobs/s", scale: 1 }, [
     [rates(samples, "puts"), "#2b6cb0"],
     [rates(samples, "reserves"), "#c05621"],
     [rates(samples, "deletes"), "#2f855a"],
   ]);
-  chart($("#chart-wait"), [
+  const waits = samples.flatMap((s) => [s.wait_p50, s.wait_p99]).filter((v) => v !== null && v !== undefined);
+  chart($("#chart-wait"), timeAxis(Math.max(0, ...waits)), [
     [samples.map((s) => s.wait_p50), "#2b6cb0"],
     [samples.map((s) => s.wait_p99), "#c05621"],
   ]);
 }
 
-// A line chart of series (arrays of numbers or nulls) sharing one y axis.
-function chart(canvas, series) {
+// A line chart of series (arrays of numbers or nulls) sharing one y axis,
+// in `axis.unit` (values times `axis.scale`), ticked on round numbers.
+function chart(canvas, axis, series) {
   const g = canvas.getContext("2d");
-  const w = canvas.width, h = canvas.height, left = 48, bottom = 16;
+  const w = canvas.width, h = canvas.height, left = 72, bottom = 16;
   g.clearRect(0, 0, w, h);
-  const values = series.flatMap(([points]) => points.filter((v) => v !== null && v !== undefined));
-  const max = Math.max(1e-9, ...values) * 1.1;
+  const values = series.flatMap(([points]) => points.filter((v) => v !== null && v !== undefined)).map((v) => v * axis.scale);
+  const scale = ticks(Math.max(...values, 0) || 1);
+  const max = scale.values[scale.values.length - 1];
+  canvas.dataset.ticks = scale.values.map((v) => tickLabel(v, scale.step, axis.unit)).join("|");
   g.strokeStyle = "#e3e6eb"; g.fillStyle = "#6b7280"; g.font = "11px sans-serif";
-  for (let i = 0; i <= 4; i++) {
-    const y = (h - bottom) * (1 - i / 4);
+  for (const value of scale.values) {
+    const y = (h - bottom) * (1 - value / max);
     g.beginPath(); g.moveTo(left, y); g.lineTo(w, y); g.stroke();
-    const label = max * i / 4;
-    g.fillText(label >= 100 ? label.toFixed(0) : label.toPrecision(2), 2, Math.max(10, y));
+    g.fillText(tickLabel(value, scale.step, axis.unit), 2, Math.max(10, y));
   }
   // At least a minute wide, at most the ten minutes the server keeps.
   const slots = Math.max(60, ...series.map(([points]) => points.length));
@@ -195,7 +296,7 @@ function chart(canvas, series) {
     points.forEach((v, i) => {
       const x = left + (w - left) * (slots - points.length + i) / slots;
       if (v === null || v === undefined) { pen = false; return; }
-      const y = (h - bottom) * (1 - v / max);
+      const y = (h - bottom) * (1 - v * axis.scale / max);
       if (pen) g.lineTo(x, y); else g.moveTo(x, y);
       g.fillRect(x - 1, y - 1, 2, 2);
       pen = true;
@@ -218,11 +319,11 @@ async function refreshTube() {
   $("#tube-name").textContent = name;
   $("#tube-paused").hidden = !tube.paused;
   cards($("#tube-cards"), [
-    ["ready", number(tube.current_jobs_ready), "tube-ready"],
-    ["reserved", number(tube.current_jobs_reserved), "tube-reserved"],
-    ["delayed", number(tube.current_jobs_delayed), "tube-delayed"],
-    ["buried", number(tube.current_jobs_buried), "tube-buried"],
-    ["waiting", number(tube.current_waiting)],
+    ["ready", plural(tube.current_jobs_ready, "job"), "tube-ready"],
+    ["reserved", plural(tube.current_jobs_reserved, "job"), "tube-reserved"],
+    ["delayed", plural(tube.current_jobs_delayed, "job"), "tube-delayed"],
+    ["buried", plural(tube.current_jobs_buried, "job"), "tube-buried"],
+    ["waiting", plural(tube.current_waiting, "worker")],
     ["oldest ready", duration(tube.oldest_ready_age)],
     ["pause left", tube.paused ? duration(tube.pause_time_left) : "–"],
   ]);
@@ -236,9 +337,9 @@ async function refreshTube() {
   $("#jobs tbody").innerHTML = page.jobs.map((j) => `
     <tr data-job="${j.id}">
       <td><a href="#/job/${j.id}">${j.id}</a></td>
-      <td>${j.pri}</td><td>${duration(j.age)}</td><td>${j.delay} s</td>
+      <td>${j.pri}</td><td>${duration(j.age)}</td><td>${wholeSeconds(j.delay)}</td>
       <td>${j.state === "delayed" || j.state === "reserved" ? duration(j.time_left) : "–"}</td>
-      <td>${number(j.size)}</td>
+      <td>${number(j.size)} B</td>
       <td class="body">${esc(j.preview)}</td>
       <td>${kickable ? `<button class="kick" data-id="${j.id}">kick</button>` : ""}
           ${j.state !== "reserved" ? `<button class="delete danger" data-id="${j.id}">delete</button>` : ""}</td>
@@ -254,11 +355,8 @@ async function refreshJob() {
   const link = $("#job-tube-link");
   link.textContent = job.tube;
   link.href = `#/tube/${encodeURIComponent(job.tube)}`;
-  const rows = ["state", "pri", "age", "delay", "ttr", "time_left", "size", "reserves", "timeouts", "releases", "buries", "kicks"];
-  $("#job-stats tbody").innerHTML = rows.map((k) => {
-    const v = k === "age" || k === "time_left" ? duration(job[k]) : job[k];
-    return `<tr><th>${k.replace("_", " ")}</th><td id="job-${k}">${esc(v)}</td></tr>`;
-  }).join("");
+  $("#job-stats tbody").innerHTML = jobRows(job).map(([label, value, id]) =>
+    `<tr><th>${esc(label)}</th><td id="job-${id}">${esc(value)}</td></tr>`).join("");
   $("#body-text").classList.toggle("on", !view.hex);
   $("#body-hex").classList.toggle("on", view.hex);
   if (job.body_truncated) {
@@ -339,6 +437,7 @@ $("#delete-job").onclick = () => act(async () => {
 $("#body-text").onclick = () => { view.hex = false; refresh(); };
 $("#body-hex").onclick = () => { view.hex = true; refresh(); };
 
+$("#timer-tubes thead").innerHTML = $("#tubes thead").innerHTML;
 window.addEventListener("hashchange", route);
 route();
 setInterval(refresh, 1000);

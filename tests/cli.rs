@@ -195,3 +195,45 @@ fn the_default_log_level_says_what_the_server_is_doing() {
     }
     assert_eq!(log.lines().count(), table.len(), "only those: {log}");
 }
+
+/// The same lines with `--log-format json`: one JSON object each, under
+/// the `sprout::status` target, the recovery's figures as fields.
+#[test]
+fn the_default_status_lines_are_json_with_log_format_json() {
+    if !sprout_only("the_default_status_lines_are_json_with_log_format_json") {
+        return;
+    }
+    let store = common::TempDir::new();
+    let mut server = TestServer::start_with_store(store.path(), &["--log-format", "json"]);
+    server.connect().put(b"one");
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some());
+    let log = server.stderr();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let messages: Vec<&str> = lines
+        .iter()
+        .map(|v| v["fields"]["message"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    assert!(
+        lines
+            .iter()
+            .all(|v| v["target"] == "sprout::status" && v["level"] == "INFO"),
+        "{log}"
+    );
+    let port = server.port();
+    assert_eq!(
+        messages[0],
+        format!("listening on 127.0.0.1:{port}"),
+        "{log}"
+    );
+    assert!(
+        messages[1].starts_with(&format!("recovered from {} in ", store.path().display())),
+        "{log}"
+    );
+    assert_eq!(lines[1]["fields"]["jobs"], 0, "{log}");
+    assert_eq!(messages[2], "SIGTERM: shutting down", "{log}");
+}

@@ -102,7 +102,8 @@
 //! # Where things are decided
 //!
 //! * A beanstalk command: `engine/commands.rs`, one function a command in
-//!   protocol.txt's order, after `dispatch`, the table that picks it; the
+//!   protocol.txt's order (`engine/dispatch.rs` is the table that picks
+//!   it, tuber's batch commands are in `engine/batch.rs`); the
 //!   line after each name says what else it affects. `put`: `put_in`;
 //!   `kick`: `Engine::kick`; `pause-tube`: `Engine::pause` (its end is
 //!   `Engine::tick`'s `Unpause` arm, in `engine/mod.rs`); `stats-tube`:

@@ -16,7 +16,7 @@
 use bytes::Bytes;
 use sprout_protocol::{Command, JobId, Response, TubeName};
 
-use super::{commands, stats, ConnId, Engine, Outcome, Time};
+use super::{dispatch, stats, ConnId, Engine, Outcome, Time};
 
 impl Engine {
     /// The tube `conn` uses.
@@ -49,7 +49,7 @@ impl Engine {
         self.run(conn, cmd, now, |e, conn, cmd| match cmd {
             Command::ListTubes => Outcome::Reply(Response::Ok(e.tube_list_seeing(sees))),
             Command::Stats => Outcome::Reply(Response::Ok(e.stats_seeing(sees))),
-            cmd => commands::dispatch(e, conn, cmd),
+            cmd => dispatch::dispatch(e, conn, cmd),
         })
     }
 

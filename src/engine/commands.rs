@@ -1,5 +1,6 @@
-//! Every beanstalk command, one function each, in protocol.txt's order, and
-//! [`dispatch`], the table from a command to its function.
+//! Every beanstalk command, one function each, in protocol.txt's order
+//! (`dispatch.rs` is the table from a command to its function; tuber's
+//! batch commands are in `batch.rs`).
 //!
 //! A command's function is the whole command: what it checks, what it
 //! changes, what it answers; the line after its name says what else it
@@ -12,7 +13,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use sprout_protocol::{Command, JobId, Response, TubeName};
+use sprout_protocol::{JobId, Response, TubeName};
 
 use super::conn::Wait;
 use super::counts::Counter;
@@ -23,86 +24,11 @@ use super::room::Change;
 use super::table::JobSlot;
 use super::timers::TimerKey;
 use super::tube_ix::TubeIx;
-use super::{batch, micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
-
-/// Runs `cmd` for `conn`, a known connection that is not waiting.
-pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {
-    let reply = match cmd {
-        Command::Put {
-            pri,
-            delay,
-            ttr,
-            body,
-            tags: None,
-        } => put(e, conn, pri, delay, ttr, body),
-        Command::Put {
-            pri,
-            delay,
-            ttr,
-            body,
-            tags: Some(tags),
-        } => {
-            e.set_producer(conn);
-            e.put_tagged(e.used(conn), pri, delay, ttr, body, tags)
-        }
-        Command::Use(name) => use_tube(e, conn, name),
-        Command::Reserve => return reserve(e, conn, None, None),
-        Command::ReserveWithTimeout(timeout) => {
-            return reserve(e, conn, Some(micros(timeout)), None)
-        }
-        Command::ReserveJob(id) => reserve_job(e, conn, id),
-        Command::Delete(id) => delete(e, conn, id),
-        Command::Release { id, pri, delay } => release(e, conn, id, pri, delay),
-        Command::Bury { id, pri } => bury(e, conn, id, pri),
-        Command::Touch(id) => touch(e, conn, id),
-        Command::Watch(name) => watch(e, conn, name),
-        Command::Ignore(name) => ignore(e, conn, &name),
-        Command::Peek(id) => peek(e, id),
-        Command::PeekReady => peek_ready(e, conn),
-        Command::PeekDelayed => peek_delayed(e, conn),
-        Command::PeekBuried => peek_buried(e, conn),
-        Command::Kick(bound) => kick(e, conn, bound),
-        Command::KickJob(id) => kick_job(e, id),
-        Command::StatsJob(id) => stats_job(e, id),
-        Command::StatsTube(name) => stats_tube(e, &name),
-        Command::Stats => Response::Ok(e.stats_document()),
-        Command::ListTubes => list_tubes(e),
-        Command::ListTubeUsed => list_tube_used(e, conn),
-        Command::ListTubesWatched => list_tubes_watched(e, conn),
-        Command::Quit => return Outcome::Close,
-        Command::PauseTube { tube, delay } => pause_tube(e, &tube, delay),
-        Command::ReserveBatch(n) => batch::reserve_batch(e, conn, n),
-        // tuber: a timeout of 0 is the form without one.
-        Command::ReserveBatchWait { n, timeout } if timeout.is_zero() => {
-            batch::reserve_batch(e, conn, n)
-        }
-        Command::ReserveBatchWait { n, timeout } => {
-            return reserve(e, conn, Some(micros(timeout)), Some(n))
-        }
-        Command::DeleteBatch(ids) => batch::delete_batch(e, conn, &ids),
-        Command::FlushTube(tube) => return batch::flush_tube(e, conn, tube),
-        Command::FlushBuried(tube) => return batch::flush_buried(e, conn, tube),
-        Command::Drain => {
-            e.set_draining(true);
-            Response::Draining
-        }
-        Command::Undrain => {
-            e.set_draining(false);
-            Response::NotDraining
-        }
-        Command::PeekReserved => batch::peek_reserved(e, conn),
-        Command::StatsGroup(name) => e.stats_group(&name),
-        Command::Fire { id, pri, ttr, body } => e.fire(conn, id, pri, ttr, body),
-        // The connection answers `auth` (`auth/`); a server without
-        // `--auth` never reads one.
-        Command::Auth(_) => Response::UnknownCommand,
-    };
-    Outcome::Reply(reply)
-}
+use super::{micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
 
 /// `put <pri> <delay> <ttr> <bytes>` into the tube `conn` uses.
 /// Also: marks `conn` a producer; see [`Engine::put_in`].
-fn put(
+pub(super) fn put(
     e: &mut Engine,
     conn: ConnId,
     pri: u32,
@@ -212,7 +138,7 @@ impl Engine {
 
 /// `use <tube>`: where `conn`'s puts and peeks go.
 /// Also: the tubes' `current-using`; the tube left may be dropped.
-fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
+pub(super) fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
     let t = e.tubes.find_or_make(&name);
     e.tubes[t].using += 1;
     let old = std::mem::replace(&mut e.conn_mut(conn).using, t);
@@ -230,7 +156,12 @@ fn use_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
 /// timer; a wait is ended by `serve_waiters` (a job becomes ready, a pause
 /// ends), by `Engine::tick` (the timeout, the margin) or by a disconnect.
 /// Writes no record but in cluster mode (see `make_reserved`).
-fn reserve(e: &mut Engine, conn: ConnId, timeout: Option<Time>, batch: Option<u32>) -> Outcome {
+pub(super) fn reserve(
+    e: &mut Engine,
+    conn: ConnId,
+    timeout: Option<Time>,
+    batch: Option<u32>,
+) -> Outcome {
     e.set_worker(conn);
     let c = &e.conns[&conn];
     let ready = c.watch.iter().any(|&t| !e.tubes[t].ready.is_empty());
@@ -279,7 +210,7 @@ impl Engine {
 /// not), unless someone holds it.
 /// Also: marks `conn` a worker; the job's TTR timer; no record but in
 /// cluster mode.
-fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+pub(super) fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
             if e.jobs[slot].tagged() && (e.con_blocked(slot) || e.is_held(slot)) {
@@ -330,7 +261,13 @@ pub(super) fn delete(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
 /// Also: OUT_OF_MEMORY, changing nothing, without room to record it; the
 /// holder's TTR timer; a ready job goes to the tube's oldest waiter, a
 /// delayed one arms the delay timer; `releases`; an update record.
-fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -> Response {
+pub(super) fn release(
+    e: &mut Engine,
+    conn: ConnId,
+    id: JobId,
+    pri: u32,
+    delay: Duration,
+) -> Response {
     match e.owned(conn, id) {
         Some(slot) if !e.room_to_update(slot) => Response::OutOfMemory,
         Some(slot) => {
@@ -359,7 +296,7 @@ fn release(e: &mut Engine, conn: ConnId, id: JobId, pri: u32, delay: Duration) -
 /// Also: OUT_OF_MEMORY, changing nothing, without room to record it; the
 /// holder's TTR timer; `buries`; `kick` takes the oldest buried first; an
 /// update record.
-fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
+pub(super) fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
     match e.owned(conn, id) {
         Some(slot) if !e.room_to_update(slot) => Response::OutOfMemory,
         Some(slot) => {
@@ -376,7 +313,7 @@ fn bury(e: &mut Engine, conn: ConnId, id: JobId, pri: u32) -> Response {
 /// `touch <id>`: a job `conn` holds gets its whole TTR again.
 /// Also: re-arms `conn`'s timer (TTR, DEADLINE_SOON margin); no record but
 /// in cluster mode (the new deadline, for a new leader).
-fn touch(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
+pub(super) fn touch(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.owned(conn, id) {
         Some(slot) => {
             let deadline = e.jobs[slot].deadline;
@@ -391,7 +328,7 @@ fn touch(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
 
 /// `watch <tube>`: `conn`'s reserves also look there.
 /// Also: the tube's `current-watching` (made if missing).
-fn watch(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
+pub(super) fn watch(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
     let t = e.tubes.find_or_make(&name);
     let c = e.conns.get_mut(&conn).expect("known connection");
     if !c.watch.contains(&t) {
@@ -403,7 +340,7 @@ fn watch(e: &mut Engine, conn: ConnId, name: TubeName) -> Response {
 
 /// `ignore <tube>`: NOT_IGNORED for the last tube `conn` watches.
 /// Also: the tube's `current-watching`; the tube may be dropped.
-fn ignore(e: &mut Engine, conn: ConnId, name: &TubeName) -> Response {
+pub(super) fn ignore(e: &mut Engine, conn: ConnId, name: &TubeName) -> Response {
     let tube = e.tubes.find(name);
     let c = e.conns.get_mut(&conn).expect("known connection");
     if let Some(at) = c.watch.iter().position(|&t| Some(t) == tube) {
@@ -420,28 +357,28 @@ fn ignore(e: &mut Engine, conn: ConnId, name: &TubeName) -> Response {
 }
 
 /// `peek <id>`, in any tube and state. Reads only.
-fn peek(e: &Engine, id: JobId) -> Response {
+pub(super) fn peek(e: &Engine, id: JobId) -> Response {
     e.found(e.jobs.find(id))
 }
 
 /// `peek-ready`: the next job a reserve would take from the tube `conn`
 /// uses (paused or not). Reads only.
-fn peek_ready(e: &Engine, conn: ConnId) -> Response {
+pub(super) fn peek_ready(e: &Engine, conn: ConnId) -> Response {
     e.found(e.tubes[e.used(conn)].ready.peek().map(|entry| entry.slot))
 }
 
 /// `peek-delayed`: the used tube's soonest delayed job. Reads only.
-fn peek_delayed(e: &Engine, conn: ConnId) -> Response {
+pub(super) fn peek_delayed(e: &Engine, conn: ConnId) -> Response {
     e.found(e.tubes[e.used(conn)].delayed.peek().map(|entry| entry.slot))
 }
 
 /// `peek-buried`: the used tube's oldest buried job. Reads only.
-fn peek_buried(e: &Engine, conn: ConnId) -> Response {
+pub(super) fn peek_buried(e: &Engine, conn: ConnId) -> Response {
     e.found(e.tubes[e.used(conn)].buried.first().map(|&(_, slot)| slot))
 }
 
 /// `kick <bound>` on the tube `conn` uses; see [`Engine::kick`].
-fn kick(e: &mut Engine, conn: ConnId, bound: u32) -> Response {
+pub(super) fn kick(e: &mut Engine, conn: ConnId, bound: u32) -> Response {
     Response::KickedCount(e.kick(e.used(conn), bound))
 }
 
@@ -501,7 +438,7 @@ impl Engine {
 /// `aft:` job a kick must leave (`ext.rs`), as `reserve-job` answers.
 /// Also: OUT_OF_MEMORY, changing nothing, without room to record it; see
 /// [`Engine::kick_job`].
-fn kick_job(e: &mut Engine, id: JobId) -> Response {
+pub(super) fn kick_job(e: &mut Engine, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() == State::Delayed && e.kick_blocked(slot) => {
             Response::NotFound
@@ -518,7 +455,7 @@ fn kick_job(e: &mut Engine, id: JobId) -> Response {
 }
 
 /// `stats-job <id>`: the document is `stats.rs`'s. Reads only.
-fn stats_job(e: &Engine, id: JobId) -> Response {
+pub(super) fn stats_job(e: &Engine, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) => {
             let profile = e.jobs.profile(slot);
@@ -539,7 +476,7 @@ fn stats_job(e: &Engine, id: JobId) -> Response {
 }
 
 /// `stats-tube <tube>`: the document is `stats.rs`'s. Reads only.
-fn stats_tube(e: &Engine, name: &TubeName) -> Response {
+pub(super) fn stats_tube(e: &Engine, name: &TubeName) -> Response {
     match e.tubes.find(name) {
         Some(t) => Response::Ok(stats::tube(&e.tubes[t], e.now)),
         None => Response::NotFound,
@@ -580,26 +517,26 @@ impl Engine {
 }
 
 /// `list-tubes`: every tube, in beanstalkd's order. Reads only.
-fn list_tubes(e: &Engine) -> Response {
+pub(super) fn list_tubes(e: &Engine) -> Response {
     Response::Ok(stats::tube_list(
         e.tubes.list().iter().map(|&t| &e.tubes[t].name),
     ))
 }
 
 /// `list-tube-used`. Reads only.
-fn list_tube_used(e: &Engine, conn: ConnId) -> Response {
+pub(super) fn list_tube_used(e: &Engine, conn: ConnId) -> Response {
     Response::Using(e.tubes[e.used(conn)].name.clone())
 }
 
 /// `list-tubes-watched`, in the order `conn` watched them. Reads only.
-fn list_tubes_watched(e: &Engine, conn: ConnId) -> Response {
+pub(super) fn list_tubes_watched(e: &Engine, conn: ConnId) -> Response {
     Response::Ok(stats::tube_list(
         e.conns[&conn].watch.iter().map(|&t| &e.tubes[t].name),
     ))
 }
 
 /// `pause-tube <tube> <delay>`; see [`Engine::pause`].
-fn pause_tube(e: &mut Engine, name: &TubeName, delay: Duration) -> Response {
+pub(super) fn pause_tube(e: &mut Engine, name: &TubeName, delay: Duration) -> Response {
     match e.tubes.find(name) {
         Some(t) => {
             e.pause(t, delay);

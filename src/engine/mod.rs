@@ -13,8 +13,9 @@
 //! timeout); the server's timer thread sleeps until then and calls
 //! [`Engine::tick`].
 //!
-//! Each beanstalk command is one function in `commands.rs`, picked by its
-//! `dispatch`; this file holds the engine's state, its calls for the
+//! Each beanstalk command is one function in `commands.rs` (tuber's
+//! batches in `batch.rs`), picked by `dispatch.rs`; this file holds the
+//! engine's state, its calls for the
 //! server, and the state transitions every command shares.
 
 use rustc_hash::FxHashMap;
@@ -33,6 +34,7 @@ mod clock;
 mod commands;
 mod conn;
 mod counts;
+mod dispatch;
 mod ext;
 #[cfg(test)]
 mod ext_tests;
@@ -240,7 +242,7 @@ impl Engine {
     /// ready for this command. A connection blocked in `reserve` should not
     /// send commands; if it does, it silently stops waiting.
     pub fn execute(&mut self, conn: ConnId, cmd: Command, now: Time) -> Outcome {
-        self.run(conn, cmd, now, commands::dispatch)
+        self.run(conn, cmd, now, dispatch::dispatch)
     }
 
     /// What every command goes through: what is due fires, the command is

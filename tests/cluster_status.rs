@@ -9,8 +9,7 @@
 mod common;
 mod http_client;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -106,22 +105,8 @@ fn promtool_passes(scrape: &str) {
     let Some(promtool) = http_client::program("promtool") else {
         return;
     };
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(scrape.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "promtool: {report}\n{scrape}");
+    let (ok, report) = http_client::promtool(&promtool, scrape);
+    assert!(ok, "promtool: {report}\n{scrape}");
 }
 
 /// Waits until `admin cluster` through `node` lists `n` members.

@@ -912,25 +912,11 @@ fn metrics_count_connections_by_principal_and_failures() {
         assert_eq!(value, Some(want), "{line} in\n{scrape}");
     }
     if let Some(promtool) = http_client::program("promtool") {
-        let mut child = Command::new(promtool)
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(scrape.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
         // The one counter is OpenMetrics' (HELP and TYPE name the family
         // `sprout_auth_failures`, the sample adds `_total`), which
         // promtool, reading the Prometheus text format, calls help-less;
         // it finds nothing else to say.
-        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        let (_, said) = http_client::promtool(&promtool, &scrape);
         let other: Vec<&str> = said
             .lines()
             .filter(|l| *l != "sprout_auth_failures_total no help text")

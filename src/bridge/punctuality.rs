@@ -162,13 +162,18 @@ fn micros(ms: i64) -> u64 {
 }
 
 /// Puts `id` in `waiting`, making room by dropping the stale if full.
+/// When most of it is fresh (Redis dropping events under load, so
+/// nothing matches), it starts over instead: a scan of the whole map on
+/// every newcomer would cost the bridge more than the figure is worth;
+/// this way a scan comes at most once per `WAITING_MAX / 2` newcomers.
 fn wait(waiting: &mut Waiting, id: (u16, Vec<u8>), at_ms: i64) {
     if waiting.len() >= WAITING_MAX {
         waiting.retain(|_, &mut t| at_ms - t <= MATCH_MS);
+        if waiting.len() >= WAITING_MAX / 2 {
+            waiting.clear();
+        }
     }
-    if waiting.len() < WAITING_MAX {
-        waiting.insert(id, at_ms);
-    }
+    waiting.insert(id, at_ms);
 }
 
 #[cfg(test)]
@@ -209,6 +214,26 @@ mod tests {
         assert_eq!(f.event_to_delivery.sum_micros, 7_000);
         assert_eq!(f.event_to_delivery.buckets[0], 1);
         assert_eq!(f.event_to_delivery.buckets[3], 1);
+    }
+
+    #[test]
+    fn a_full_wait_list_is_scanned_once_per_half_of_it() {
+        let mut waiting = Waiting::default();
+        // Fresh and unmatched: the list fills, then starts over.
+        for i in 0..WAITING_MAX {
+            wait(&mut waiting, (0, i.to_le_bytes().to_vec()), T);
+        }
+        assert_eq!(waiting.len(), WAITING_MAX);
+        wait(&mut waiting, (0, b"next".to_vec()), T);
+        assert_eq!(waiting.len(), 1);
+        // Mostly stale: the stale go, the fresh stay.
+        let mut waiting = Waiting::default();
+        for i in 0..WAITING_MAX {
+            let at = if i < 10 { T + MATCH_MS } else { T };
+            wait(&mut waiting, (0, i.to_le_bytes().to_vec()), at);
+        }
+        wait(&mut waiting, (0, b"next".to_vec()), T + MATCH_MS + 1);
+        assert_eq!(waiting.len(), 11);
     }
 
     #[test]

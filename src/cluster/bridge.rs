@@ -40,7 +40,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::Role;
+use super::role::Role;
 use crate::bridge::{self, config::Config};
 use crate::shared::Shared;
 use crate::store;

@@ -22,7 +22,10 @@
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
 //! - `claim.rs`: each node's claim on its id in that bucket, refusing a
 //!   duplicate id and peer TLS on some nodes only;
-//! - `node.rs`: a node's life: follow, claim, lead, stop;
+//! - `node.rs`: a node's life: follow, claim, lead, stop; `role.rs`:
+//!   what it is doing now;
+//! - `side.rs`: the server's side: joining, where each client goes, the
+//!   graceful stop;
 //! - `status.rs`: what it says of its part at the default log level;
 //!   `members.rs`: the members it sees (their claims);
 //! - `relay.rs`: a standby's client connections passed to the leader;
@@ -45,6 +48,8 @@ pub mod peers;
 mod placement;
 mod publish;
 pub mod relay;
+mod role;
+mod side;
 mod status;
 mod stream;
 mod subjects;
@@ -56,211 +61,6 @@ pub mod writer;
 pub use bridge::SteppedDown;
 pub use config::{ClusterArgs, Options};
 pub use peers::PeerTls;
+pub use role::Role;
+pub use side::{start, Side};
 pub use stream::Trouble;
-
-/// What a node is doing now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Following; clients are passed to the leader, when one is known.
-    Standby {
-        leader: Option<String>,
-    },
-    Leader,
-}
-
-use std::sync::Arc;
-use std::time::Duration;
-
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::watch;
-
-use crate::auth;
-use crate::engine::{Clock, Engine, EngineConfig};
-use crate::peer::Peer;
-use crate::shared::Shared;
-
-/// How long a client that connects while no node leads waits for one.
-const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
-
-/// How long a graceful stop waits for NATS to take this node's claim and
-/// lease back (a node that cannot reach NATS leaves them to age out).
-const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The server's side of cluster mode: where each client goes, and the
-/// graceful stop.
-#[derive(Clone)]
-pub struct Side {
-    role: watch::Receiver<Role>,
-    /// Turns true at a graceful stop.
-    closed: Arc<watch::Sender<bool>>,
-    /// Turns true once the node has left (claim withdrawn, lease released).
-    left: watch::Receiver<bool>,
-    shared: Arc<Shared>,
-    /// This node, for the `stats` answers it relays.
-    via: via::Via,
-    max_job_size: u32,
-    /// With `--cluster-peer-*`: the links to the other nodes.
-    peers: Option<Arc<PeerTls>>,
-}
-
-/// Connects to the cluster and starts following it: the engine begins
-/// empty and fills from the stream. A node that must stop serving (deposed,
-/// or its stream refuses a batch) exits the process: fail-stop. `peers`:
-/// the peer links' TLS, with `--cluster-peer-*`.
-pub async fn start(
-    options: &Options,
-    config: EngineConfig,
-    clock: Clock,
-    peers: Option<Arc<PeerTls>>,
-) -> Result<(Arc<Shared>, Side), String> {
-    let node = node::connect(options).await?;
-    let client = node.client();
-    tokio::spawn(async move {
-        let why = version::watch(client).await;
-        tracing::error!("cluster: {why}; stopping");
-        std::process::exit(1);
-    });
-    let max_job_size = config.max_job_size.min(node.max_job_size());
-    if max_job_size < config.max_job_size {
-        tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");
-    }
-    let config = EngineConfig {
-        max_job_size,
-        journal: true,
-        ..config
-    };
-    let engine = Engine::new(config, clock.now());
-    let store = writer::ClusterStore::new();
-    let shared = Arc::new(Shared::new(engine, clock, Box::new(store.clone())));
-    let (role_tx, role) = watch::channel(Role::Standby { leader: None });
-    let (closed, closed_rx) = watch::channel(false);
-    let (left_tx, left) = watch::channel(false);
-    let run = node::run(node, shared.clone(), store, role_tx, closed_rx);
-    tokio::spawn(async move {
-        match run.await {
-            Ok(()) => left_tx.send_replace(true),
-            Err(why) => {
-                tracing::error!("cluster: {why}; stopping");
-                std::process::exit(1);
-            }
-        };
-    });
-    let via = via::Via {
-        node: options.node.clone(),
-        max_job_size,
-    };
-    Ok((
-        shared.clone(),
-        Side {
-            role,
-            closed: Arc::new(closed),
-            left,
-            shared,
-            via,
-            max_job_size,
-            peers,
-        },
-    ))
-}
-
-impl Side {
-    /// The largest job body, as lowered for the cluster.
-    pub fn max_job_size(&self) -> u32 {
-        self.max_job_size
-    }
-
-    /// Whether this node serves its clients itself.
-    pub fn leading(&self) -> bool {
-        *self.role.borrow() == Role::Leader
-    }
-
-    /// Serves a client a standby accepted: passed through to the leader
-    /// (waiting for one to be known), or served here if this node has come
-    /// to lead meanwhile. `peer` is where the client came from.
-    pub async fn pass<S>(mut self, client: S, peer: Peer)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let known = self.role.wait_for(|r| *r != Role::Standby { leader: None });
-        let role = match tokio::time::timeout(WAIT_FOR_LEADER, known).await {
-            Ok(Ok(role)) => role.clone(),
-            _ => return,
-        };
-        match role {
-            Role::Leader => {
-                let shared = self.shared.clone();
-                crate::connection::serve(client, peer, shared, self.max_job_size, None).await
-            }
-            Role::Standby { leader: Some(addr) } => {
-                let (via, wait) = (Some(&self.via), relay::CONNECT_TIMEOUT);
-                let relayed = match &self.peers {
-                    None => relay::relay(client, &addr, wait, via).await,
-                    Some(peers) => {
-                        let first = vouch::line(&peer.addr, self.principal(&peer));
-                        let (config, first) = (peers.client(), first.as_bytes());
-                        relay::relay_tls(client, &addr, config, first, wait, via).await
-                    }
-                };
-                if let Err(e) = relayed {
-                    tracing::info!("relay to the leader {addr}: {e}");
-                }
-            }
-            Role::Standby { leader: None } => {}
-        }
-    }
-
-    /// The principal the leader is to give a client from `peer`: the one
-    /// it would have on this node (none without `--auth`).
-    fn principal(&self, peer: &Peer) -> Option<&str> {
-        let gate = self.shared.auth()?;
-        let id = auth::proven_principal(gate, peer)?;
-        Some(&gate.policy().principal(id).name)
-    }
-
-    /// Serves a client another node passed on to this one's peer listener
-    /// (`peers.rs`), once this node leads: the node sent it here because
-    /// it saw this one take the lease, which it may not have claimed yet.
-    /// A node that does not come to lead closes it (the client reconnects
-    /// and finds the leader) rather than pass it on again: passes between
-    /// nodes that disagree on who leads could go round in a loop.
-    pub async fn serve_relayed<S>(mut self, client: S, peer: Peer)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let leading = self.role.wait_for(|r| *r == Role::Leader);
-        let leads = tokio::time::timeout(WAIT_FOR_LEADER, leading)
-            .await
-            .is_ok_and(|r| r.is_ok());
-        match leads {
-            true => {
-                let (shared, max) = (self.shared, self.max_job_size);
-                crate::connection::serve(client, peer, shared, max, None).await
-            }
-            false => tracing::info!("a relayed client, but this node does not lead: closed"),
-        }
-    }
-
-    /// Runs the embedded Redis bridge whenever this node leads (see
-    /// `bridge.rs`): once it leads and has handed the old leader's bridge
-    /// work over, `bridge(config, stepped_down)` runs it (the caller's
-    /// wiring: in-process connections to this node), where `stepped_down`
-    /// completes if this node stops leading.
-    pub fn run_bridge<F, Fut>(&self, config: crate::bridge::config::Config, bridge: F)
-    where
-        F: FnOnce(crate::bridge::config::Config, SteppedDown) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
-    {
-        let run = bridge::run(self.role.clone(), self.shared.clone(), config, bridge);
-        tokio::spawn(run);
-    }
-
-    /// At shutdown, after the store is closed: withdraws this node's
-    /// claim on its id and gives the lease up (if it leads), so neither a
-    /// standby nor this node started elsewhere need wait them out. Waits
-    /// for NATS at most [`LEAVE_TIMEOUT`].
-    pub async fn stop(&self) {
-        self.closed.send_replace(true);
-        let mut left = self.left.clone();
-        let _ = tokio::time::timeout(LEAVE_TIMEOUT, left.wait_for(|left| *left)).await;
-    }
-}

@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::claim::{self, Claim};
+use super::config::Options;
 use super::follow::{self, Change, Pages};
 use super::lease::{Held, Lease, Standing, Timing};
 use super::link;
@@ -32,11 +33,12 @@ use super::members;
 use super::meta::Meta;
 use super::placement;
 use super::publish;
+use super::role::Role;
 use super::status::{Part, Teller};
 use super::stream::{self, Trouble};
 use super::subjects::Subjects;
+use super::version;
 use super::writer::{ClusterStore, Writer};
-use super::{version, Options, Role};
 use crate::engine::{ClusterStats, Engine};
 use crate::shared::Shared;
 

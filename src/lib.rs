@@ -75,7 +75,7 @@
 //!    [`engine::Engine::execute`], which fires what is due and dispatches
 //!    the command (`engine/commands.rs`). A change the store
 //!    has no room for is refused there, before it happens, with
-//!    `OUT_OF_MEMORY` (`engine/room.rs`).
+//!    `OUT_OF_MEMORY` (`engine/admission.rs`).
 //! 4. **Journal and store**: after each command, `shared::Locked::submit`
 //!    hands its [`engine::Record`]s to the store and gets the sequence
 //!    number the answer must wait for. Before writing answers, the
@@ -103,20 +103,23 @@
 //!
 //! * A beanstalk command: `engine/commands.rs`, one function a command in
 //!   protocol.txt's order (`engine/dispatch.rs` is the table that picks
-//!   it, tuber's batch commands are in `engine/batch.rs`); the
+//!   it, tuber's batch commands are in `engine/tuber_batch.rs`); the
 //!   line after each name says what else it affects. `put`: `put_in`;
 //!   `kick`: `Engine::kick`; `pause-tube`: `Engine::pause` (its end is
-//!   `Engine::tick`'s `Unpause` arm, in `engine/mod.rs`); `stats-tube`:
-//!   `stats_tube`, its document in `engine/stats.rs`.
+//!   `Engine::tick`'s `Unpause` arm, in `engine/calls.rs`); `stats-tube`:
+//!   `stats_tube`, its document in `engine/stats.rs`. What every command
+//!   shares: the state transitions (`make_ready`, `make_reserved`, …) in
+//!   `engine/transitions.rs`, waiters and timers in `engine/waiting.rs`,
+//!   the records for the store in `engine/recording.rs`.
 //! * tuber's dialect (docs/extensions.md): the tags of `put` in
 //!   `engine/ext.rs` (reached through `put_tagged`, and hooks on a job's
 //!   `tagged` flag in `discard`, `make_reserved`, `unreserve`, `restore`),
-//!   the batch commands in `engine/batch.rs`, the tags' bytes in the store
-//!   in `store/extras.rs`.
+//!   the batch commands in `engine/tuber_batch.rs`, the tags' bytes in
+//!   the store in `store/extras.rs`.
 //! * Who may run a command (`--auth`): `auth/decide.rs`, one pure
 //!   function over the principal's grants; who a connection is and what
 //!   it may do before `auth`: `auth/session.rs`.
-//! * The admin API's changes: `engine/admin.rs`; its reads:
+//! * The admin API's changes: `engine/admin_ops.rs`; its reads:
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
 //! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`
 //!   (pure), carried out by `Registry::fire` in `bridge/registry.rs` for

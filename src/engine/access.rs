@@ -16,7 +16,10 @@
 use bytes::Bytes;
 use sprout_protocol::{Command, JobId, Response, TubeName};
 
-use super::{dispatch, stats, ConnId, Engine, Outcome, Time};
+use super::clock::Time;
+use super::conn::ConnId;
+use super::machine::{Engine, Outcome};
+use super::{dispatch, stats};
 
 impl Engine {
     /// The tube `conn` uses.

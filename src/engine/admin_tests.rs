@@ -1,4 +1,4 @@
-//! Tests of the admin calls ([`super::admin`], [`super::browse`]) against
+//! Tests of the admin calls ([`super::admin_ops`], [`super::browse`]) against
 //! explicit clock values, as in `tests.rs`.
 
 use std::time::Duration;

@@ -12,13 +12,14 @@ use sprout_protocol::{JobId, TubeName};
 
 use crate::binlog_stats::BinlogStats;
 
+use super::clock::Time;
 use super::heap::HeapEntry;
 use super::histogram::Latency;
 use super::job::{JobRow, State};
+use super::machine::Engine;
 use super::stats;
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
-use super::{Engine, Time};
 
 /// The most jobs one page holds.
 pub const MAX_PAGE: usize = 1000;

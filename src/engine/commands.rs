@@ -1,13 +1,13 @@
 //! Every beanstalk command, one function each, in protocol.txt's order
 //! (`dispatch.rs` is the table from a command to its function; tuber's
-//! batch commands are in `batch.rs`).
+//! batch commands are in `tuber_batch.rs`).
 //!
 //! A command's function is the whole command: what it checks, what it
 //! changes, what it answers; the line after its name says what else it
 //! affects. The state transitions they share (`take_out`, `make_ready`,
 //! `make_reserved`, `unreserve`, ...) are in `mod.rs` and keep every queue,
 //! counter and timer in step. Where the admin API makes the same change
-//! (`admin.rs`), the change is an [`Engine`] method here, beside its
+//! (`admin_ops.rs`), the change is an [`Engine`] method here, beside its
 //! command.
 
 use std::time::Duration;
@@ -15,16 +15,19 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{JobId, Response, TubeName};
 
+use super::admission::Change;
+use super::clock::{micros, seconds, Time, MICROS_PER_SECOND};
+use super::conn::ConnId;
 use super::conn::Wait;
 use super::counts::Counter;
 use super::heap::HeapEntry;
 use super::job::State;
+use super::machine::{Engine, Outcome};
 use super::profile::Profile;
-use super::room::Change;
+use super::stats;
 use super::table::JobSlot;
 use super::timers::TimerKey;
 use super::tube_ix::TubeIx;
-use super::{micros, seconds, stats, ConnId, Engine, Outcome, Time, MICROS_PER_SECOND};
 
 /// `put <pri> <delay> <ttr> <bytes>` into the tube `conn` uses.
 /// Also: marks `conn` a producer; see [`Engine::put_in`].
@@ -45,7 +48,7 @@ impl Engine {
     /// admin API's put.
     /// Also: uses up a job id even when refused; DRAINING in drain mode;
     /// OUT_OF_MEMORY when the table is full or the store has no room
-    /// (`room.rs`); a ready job goes straight to the tube's oldest waiter
+    /// (`admission.rs`); a ready job goes straight to the tube's oldest waiter
     /// (`make_ready`), a delayed one arms the tube's delay timer; the
     /// tube's and server's job counts; a put record.
     pub(super) fn put_in(
@@ -124,11 +127,11 @@ impl Engine {
         let Some(tags) = tags else {
             return Change::Put { body, tube };
         };
-        let extras = super::Extras {
+        let extras = super::records::Extras {
             tags: tags.clone(),
             cooling_until: None,
         };
-        let cooling = Engine::room_for_cooling(Some(tags), tube).map_or(0, super::cost);
+        let cooling = Engine::room_for_cooling(Some(tags), tube).map_or(0, super::admission::cost);
         Change::Put {
             body: body + cooling as usize,
             tube: tube + extras.max_len(),

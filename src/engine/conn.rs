@@ -6,9 +6,18 @@ use std::collections::BTreeSet;
 
 use sprout_protocol::Response;
 
+use super::clock::Time;
 use super::table::JobSlot;
 use super::tube_ix::{TubeIx, DEFAULT_TUBE};
-use super::Time;
+
+/// A connection, as the engine knows it.
+pub type ConnId = u64;
+
+/// The holder of jobs reserved on another node, whose connection died with
+/// it (cluster mode): nobody can delete, release, bury or touch them, and
+/// each times out (back to ready, `timeouts` one more) when its TTR runs
+/// out. Never a client's id (those start at 1).
+pub(super) const DEPARTED: ConnId = 0;
 
 /// How long before a TTR runs out a holder counts as "deadline soon".
 pub(super) const SAFETY_MARGIN: Time = 1_000_000;

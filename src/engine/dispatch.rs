@@ -1,16 +1,18 @@
 //! The table from a command to the function that is the whole command:
-//! beanstalkd's in `commands.rs`, tuber's batches in `batch.rs`, the
+//! beanstalkd's in `commands.rs`, tuber's batches in `tuber_batch.rs`, the
 //! rest of the dialect on [`Engine`] (`ext.rs`, `fire.rs`).
 
 use sprout_protocol::{Command, Response};
 
-use super::batch::{delete_batch, flush_buried, flush_tube, peek_reserved, reserve_batch};
+use super::clock::micros;
 use super::commands::{
     bury, delete, ignore, kick, kick_job, list_tube_used, list_tubes, list_tubes_watched,
     pause_tube, peek, peek_buried, peek_delayed, peek_ready, put, release, reserve, reserve_job,
     stats_job, stats_tube, touch, use_tube, watch,
 };
-use super::{micros, ConnId, Engine, Outcome};
+use super::conn::ConnId;
+use super::machine::{Engine, Outcome};
+use super::tuber_batch::{delete_batch, flush_buried, flush_tube, peek_reserved, reserve_batch};
 
 /// Runs `cmd` for `conn`, a known connection that is not waiting.
 pub(super) fn dispatch(e: &mut Engine, conn: ConnId, cmd: Command) -> Outcome {

@@ -59,74 +59,30 @@
 //! image ([`Extras::cooling_until`]), which a restart turns back into the
 //! key's cooldown rather than a job, and which is deleted for good when the
 //! cooldown is over. Its room in the journal is set aside at the put (see
-//! `room.rs`), so a delete never fails for want of room, and the cooldown
+//! `admission.rs`), so a delete never fails for want of room, and the cooldown
 //! is never forgotten. A deduplicated answer writes nothing (unless it
 //! raises the priority) and so waits, like any answer, for the store to
 //! hold everything before it, the original put included: no crash can take
 //! back a job a client was told exists.
 
-use std::collections::BTreeMap;
-
-use rustc_hash::FxHashMap;
 use sprout_protocol::{DupState, JobId, Response, TagName, Tags, TubeName};
 
+use super::admission::Change;
+use super::clock::{Time, MICROS_PER_SECOND};
+use super::conn::ConnId;
+use super::ext_tables::Key;
 use super::heap::ByPriority;
 use super::job::State;
-use super::journal::{Extras, JobImage, Stored};
-use super::room::Change;
+use super::machine::Engine;
+use super::records::Record;
+use super::records::{Extras, JobImage, Stored};
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
-use super::{ConnId, Engine, Record, Time, MICROS_PER_SECOND};
-
-/// The engine's state for tagged jobs.
-#[derive(Default)]
-pub(super) struct Ext {
-    /// By slot: the tags of every tagged job.
-    tags: FxHashMap<JobSlot, Box<Tags>>,
-    /// By tube name, then key: the job holding an `idp:` key.
-    keys: FxHashMap<TubeName, FxHashMap<TagName, Key>>,
-    /// Keys cooling down, by the moment they are free again.
-    cooling: BTreeMap<(Time, JobId), (TubeName, TagName)>,
-    /// Connections in the middle of a `flush-tube`, and what they flushed
-    /// so far (`batch.rs`).
-    flushing: FxHashMap<ConnId, u64>,
-    /// By `con:` key: how many of its jobs are reserved now.
-    con: FxHashMap<TagName, u32>,
-    /// A reservation of a `con:` job ended: waiters may now get a job
-    /// that was held back (`Engine::tick` serves them).
-    con_freed: bool,
-    /// By name: the groups of `grp:` and `aft:`.
-    groups: FxHashMap<TagName, Group>,
-    /// Held `aft:` jobs may have a group with no member left (a restart,
-    /// a job forgotten): `Engine::tick` releases them, once every job is
-    /// back.
-    groups_unsettled: bool,
-    /// Puts refused for `--max-jobs-size` (`EngineConfig::jobs_budget`).
-    over_budget: u64,
-}
-
-/// A group: its live members, and the `aft:` jobs held until it has none.
-#[derive(Default)]
-struct Group {
-    members: rustc_hash::FxHashSet<JobSlot>,
-    /// `(slot, id)`: a held job may have left meanwhile (deleted, released
-    /// by the admin API).
-    waiting: Vec<(JobSlot, JobId)>,
-}
 
 /// An `aft:` job is held as a delayed job due never: it keeps its tube
 /// alive, comes last in its tube's delay order, and is deleted or flushed
 /// as a delayed job is.
 pub(super) const HELD: Time = Time::MAX;
-
-/// Who holds an `idp:` key.
-#[derive(Clone, Copy, Debug)]
-enum Key {
-    /// A live job.
-    Live(JobId),
-    /// A deleted job whose key cools down until this moment.
-    Cooling(JobId, Time),
-}
 
 impl Engine {
     /// A `put` with tags into tube `t`: the deduplicated answer if its

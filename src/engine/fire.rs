@@ -25,7 +25,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{JobId, Response};
 
-use super::{ConnId, Engine};
+use super::conn::ConnId;
+use super::machine::Engine;
 
 impl Engine {
     /// The `fire` command: job `id`, reserved by `conn`, becomes a new

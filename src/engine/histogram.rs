@@ -6,7 +6,7 @@
 //! Fixed buckets, counted in place: an observation is a search over 16
 //! bounds and three additions, cheap enough for every reserve and delete.
 
-use super::Time;
+use super::clock::Time;
 
 /// Upper bounds of the buckets, in µs (the last bucket, +Inf, is implied):
 /// from a millisecond, where an idle worker picks a job up, to an hour,

@@ -22,9 +22,9 @@
 use sprout_protocol::JobId;
 
 use super::bodies::Body;
+use super::clock::Time;
 use super::counts::Packed;
 use super::profile::ProfileId;
-use super::Time;
 
 /// Where a job is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

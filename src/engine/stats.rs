@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use sprout_protocol::{Op, Tags, TubeName};
 
+use super::clock::Time;
 use super::counts::Counts;
 use super::host::{self, Host};
 use super::job::{JobRow, State};
 use super::profile::Profile;
+use super::setup::EngineConfig;
 use super::tube::Tube;
-use super::{EngineConfig, Time};
 
 const SECOND: Time = 1_000_000;
 

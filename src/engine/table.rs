@@ -45,11 +45,11 @@ use std::ops::{Index, IndexMut};
 use sprout_protocol::JobId;
 
 use super::bodies::Bodies;
+use super::clock::Time;
 use super::counts::{Counter, Counts, Packed};
 use super::job::JobRow;
 use super::profile::{Profile, Profiles};
 use super::tube_ix::TubeIx;
-use super::Time;
 
 /// An empty bucket. Buckets hold slot + 1, so a new index is all zeroes:
 /// the allocator hands those out as untouched pages, without writing the

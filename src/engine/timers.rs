@@ -14,8 +14,9 @@ use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 
+use super::clock::Time;
+use super::conn::ConnId;
 use super::tube_ix::TubeIx;
-use super::{ConnId, Time};
 
 /// What is due. At equal moments, delayed jobs wake first, then tubes
 /// resume, then connections time out, so a job that becomes ready at the

@@ -13,11 +13,12 @@ use std::ops::{Index, IndexMut};
 
 use sprout_protocol::TubeName;
 
+use super::clock::Time;
+use super::conn::ConnId;
 use super::heap::{ByDeadline, ByPriority, SlotHeap};
 use super::histogram::Latency;
 use super::table::JobSlot;
 use super::tube_ix::{TubeIx, DEFAULT_TUBE};
-use super::{ConnId, Time};
 
 pub(super) struct Tube {
     pub(super) name: TubeName,

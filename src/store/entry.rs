@@ -177,7 +177,7 @@ pub(crate) mod tests {
         assert_eq!(entries[2].kind, Kind::Tombstone);
     }
 
-    /// The engine charges records by these figures (`engine/room.rs`); the
+    /// The engine charges records by these figures (`engine/admission.rs`); the
     /// encoding must never exceed them.
     #[test]
     fn entries_stay_within_what_the_engine_charges() {

@@ -336,7 +336,7 @@ impl Journal {
         }
     }
 
-    /// The writer's side of the room rules (`engine/room.rs`): a put is
+    /// The writer's side of the room rules (`engine/admission.rs`): a put is
     /// written only while the allocated room left after it covers what
     /// puts must leave; short of that, a journal file is allocated on the
     /// spot, and if the disk has no room for one, the put fails (its reply

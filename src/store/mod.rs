@@ -159,7 +159,7 @@ pub trait Store: Send + Sync {
     /// Asks for a sync soon.
     fn request_sync(&self);
 
-    /// What the engine may still record (see `engine/room.rs`).
+    /// What the engine may still record (see `engine/admission.rs`).
     fn room(&self) -> Room;
 
     /// The journal file being written (`stats-job`'s `file`), 0 if none.

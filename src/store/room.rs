@@ -1,6 +1,6 @@
 //! Room in the journal: how much is allocated ahead, and what the engine is
 //! told it may still record (the engine's side of the rules is
-//! `engine/room.rs`).
+//! `engine/admission.rs`).
 //!
 //! beanstalkd keeps the queue drainable on a full disk by reserving, when it
 //! writes a put, binlog space for the job's delete. sprout does the same

@@ -9,7 +9,7 @@
 //! policy. A reserved job belongs to the worker holding it: no admin call
 //! takes it away.
 //!
-//! The store's room rules apply as to the commands (`room.rs`): a kick or a
+//! The store's room rules apply as to the commands (`admission.rs`): a kick or a
 //! move the store has no room to record is refused; a delete never is.
 //!
 //! Flush and move work in batches: one call changes at most `max` jobs
@@ -21,11 +21,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{JobId, Response, TubeName};
 
+use super::admission::Change;
+use super::clock::Time;
 use super::job::State;
+use super::machine::Engine;
 use super::profile::Profile;
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
-use super::{Change, Engine, Time};
 
 /// Why an admin change was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +206,7 @@ impl Engine {
         let t = self.tubes.find(name).ok_or(AdminError::NoSuchTube)?;
         self.tubes[t].pause = 0;
         self.tubes[t].unpause_at = 0;
-        self.timers.set(super::TimerKey::Unpause(t), None);
+        self.timers.set(super::timers::TimerKey::Unpause(t), None);
         self.serve_waiters(t);
         Ok(())
     }

@@ -11,9 +11,11 @@
 use bytes::Bytes;
 use sprout_protocol::{Command, JobId, Response, TubeName, MAX_BATCH};
 
+use super::commands;
+use super::conn::ConnId;
+use super::machine::{Engine, Outcome};
 use super::table::JobSlot;
 use super::tube_ix::TubeIx;
-use super::{commands, ConnId, Engine, Outcome};
 
 /// Jobs a `flush-tube` step deletes under one hold of the lock: about a
 /// millisecond's work.

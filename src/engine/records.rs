@@ -16,11 +16,11 @@
 use bytes::Bytes;
 use sprout_protocol::{JobId, Tags, TubeName};
 
+use super::clock::Time;
 use super::counts::Counts;
 use super::job::{JobRow, State};
 use super::profile::Profile;
 use super::tube_ix::TubeIx;
-use super::Time;
 
 /// A job's state as stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -28,7 +28,7 @@
 //! * [`engine`]: the job state machine, pure and synchronous: every
 //!   command's effect on jobs, tubes and connections, given the time.
 //!   No sockets, no threads, no clock reads; table-tested with explicit
-//!   times in `engine/tests.rs`.
+//!   times in `engine/tests/`.
 //! * `store`: persistence behind one small trait: no store without `-b`
 //!   (`store::Memory`); with it, a journal of our own in front of sled
 //!   (`store::durable`). Its module docs explain the journal, group commit

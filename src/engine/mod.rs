@@ -30,8 +30,6 @@
 
 mod access;
 mod admin_ops;
-#[cfg(test)]
-mod admin_tests;
 mod admission;
 mod bodies;
 mod browse;
@@ -43,8 +41,6 @@ mod counts;
 mod dispatch;
 mod ext;
 mod ext_tables;
-#[cfg(test)]
-mod ext_tests;
 mod fire;
 mod heap;
 mod histogram;

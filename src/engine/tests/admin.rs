@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{Command as C, JobId, Response as R};
 
-use super::tests::{engine_with, name};
-use super::{AdminError, ConnId, Cursor, Engine, Outcome, Record, State, Time};
+use super::super::{AdminError, ConnId, Cursor, Engine, Outcome, Record, State, Time};
+use super::{engine_with, name};
 
 const S: Time = 1_000_000;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{Command as C, DupState, JobId, Response as R, Tags};
 
-use super::tests::engine_with;
-use super::{ConnId, Engine, Outcome, Record, Stored, Time};
+use super::super::{ConnId, Engine, Outcome, Record, Stored, Time};
+use super::engine_with;
 
 const S: Time = 1_000_000;
 
@@ -203,7 +203,7 @@ fn a_standby_replacing_the_last_member_keeps_the_held_job_held() {
     put(&mut leader, c, Some(group_tags(Some("g"), None)), 0);
     put(&mut leader, c, Some(group_tags(None, Some("g"))), 0);
     let images = put_images(&mut leader);
-    assert_eq!(images[1].state, Stored::Delayed(super::ext::HELD));
+    assert_eq!(images[1].state, Stored::Delayed(super::super::ext::HELD));
     let mut standby = engine_with(true);
     images.iter().for_each(|image| standby.restore(image));
     standby.tick(S);

@@ -10,7 +10,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use super::{termination, Listener, Server};
+use super::listener::Listener;
+use super::{termination, Server};
 use crate::auth::Policy;
 use crate::bridge::{self, config::BridgeArgs};
 use crate::cli::Args;

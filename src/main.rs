@@ -31,7 +31,15 @@ fn main() -> ExitCode {
         Some(Mode::Bridge(ref bridge)) => exit(runtime.block_on(start::bridge(bridge))),
         Some(Mode::Admin(ref admin)) => sprout::admin::run(admin),
         Some(Mode::HashToken) => sprout::auth::hash_token_command(),
-        None => exit(runtime.block_on(start::serve(args, inherited))),
+        None => {
+            let served = runtime.block_on(start::serve(args, inherited));
+            if served.is_err() {
+                // A server that failed (a cluster node that must stop
+                // serving) may leave tasks that never end: not waited for.
+                runtime.shutdown_background();
+            }
+            exit(served)
+        }
     }
 }
 

@@ -195,6 +195,7 @@ impl Server {
         tokio::select! {
             result = self.accept_loop() => result?,
             _ = shutdown => {}
+            why = self.cluster_failed() => return Err(io::Error::other(why)),
         }
         service::stopping();
         self.shared.alarm.stop();
@@ -219,6 +220,14 @@ impl Server {
     fn describe(&self) -> String {
         let on: Vec<String> = self.listeners.iter().map(|l| l.to_string()).collect();
         format!("serving on {}", on.join(", "))
+    }
+
+    /// Why this node must stop serving, once it must (cluster mode only).
+    async fn cluster_failed(&self) -> String {
+        match &self.cluster {
+            Some(side) => side.failed().await,
+            None => std::future::pending().await,
+        }
     }
 
     async fn accept_loop(&self) -> io::Result<()> {

@@ -30,8 +30,8 @@
 //!
 //! Stopping: a node stops leading only by exiting (fail-stop, `node.rs`),
 //! and the bridge goes with the process. Should the role ever change
-//! otherwise, the process exits too: the bridge's workers must not go on
-//! putting into a replica.
+//! otherwise, [`run`] returns why, and the server stops too (`side.rs`):
+//! the bridge's workers must not go on putting into a replica.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,31 +50,29 @@ pub type SteppedDown = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Waits until this node leads, hands the old leader's bridge work over
 /// and runs the bridge (`bridge`, see `Side::run_bridge`) for as long as
-/// this node leads.
+/// this node leads. Returns why the node must stop (the bridge is never
+/// to end while it serves), or `None` if it stops first.
 pub async fn run<F, Fut>(
     mut role: watch::Receiver<Role>,
     shared: Arc<Shared>,
     config: Config,
     bridge: F,
-) where
+) -> Option<String>
+where
     F: FnOnce(Config, SteppedDown) -> Fut,
     Fut: Future<Output = std::io::Result<()>>,
 {
-    if role.wait_for(|r| *r == Role::Leader).await.is_err() {
-        return;
-    }
+    role.wait_for(|r| *r == Role::Leader).await.ok()?;
     if let Err(e) = hand_over(&shared, &config).await {
-        tracing::error!("embedded Redis bridge: {e}; stopping");
-        std::process::exit(1);
+        return Some(format!("embedded Redis bridge: {e}"));
     }
     let stepped_down = Box::pin(async move {
         let _ = role.wait_for(|r| *r != Role::Leader).await;
     });
-    match bridge(config, stepped_down).await {
-        Ok(()) => tracing::error!("this node stopped leading: the embedded Redis bridge stops"),
-        Err(e) => tracing::error!(error = %e, "the embedded Redis bridge stopped"),
-    }
-    std::process::exit(1);
+    Some(match bridge(config, stepped_down).await {
+        Ok(()) => "this node stopped leading: the embedded Redis bridge stops".into(),
+        Err(e) => format!("the embedded Redis bridge stopped: {e}"),
+    })
 }
 
 /// Ends the holds of the old leader's bridge on its timers (see the module

@@ -41,12 +41,32 @@ pub struct Side {
     max_job_size: u32,
     /// With `--cluster-peer-*`: the links to the other nodes.
     peers: Option<Arc<PeerTls>>,
+    /// Why this node must stop serving, once it must (see [`Side::failed`]).
+    fatal: Fatal,
+}
+
+/// Set once, by whichever part of the node finds it must stop serving
+/// (deposed, its stream refusing a batch, NATS too old, the embedded
+/// bridge stopping): the server stops and `main` exits with an error.
+type Fatal = Arc<watch::Sender<Option<String>>>;
+
+/// Records why the node must stop (the first reason stays).
+fn fail(fatal: &Fatal, why: String) {
+    tracing::error!("cluster: {why}; stopping");
+    fatal.send_if_modified(|first| match first {
+        Some(_) => false,
+        None => {
+            *first = Some(why);
+            true
+        }
+    });
 }
 
 /// Connects to the cluster and starts following it: the engine begins
 /// empty and fills from the stream. A node that must stop serving (deposed,
-/// or its stream refuses a batch) exits the process: fail-stop. `peers`:
-/// the peer links' TLS, with `--cluster-peer-*`.
+/// or its stream refuses a batch) says so through [`Side::failed`], and the
+/// server stops: fail-stop. `peers`: the peer links' TLS, with
+/// `--cluster-peer-*`.
 pub async fn start(
     options: &Options,
     config: EngineConfig,
@@ -55,11 +75,9 @@ pub async fn start(
 ) -> Result<(Arc<Shared>, Side), String> {
     let node = node::connect(options).await?;
     let client = node.client();
-    tokio::spawn(async move {
-        let why = version::watch(client).await;
-        tracing::error!("cluster: {why}; stopping");
-        std::process::exit(1);
-    });
+    let fatal: Fatal = Arc::new(watch::channel(None).0);
+    let too_old = fatal.clone();
+    tokio::spawn(async move { fail(&too_old, version::watch(client).await) });
     let max_job_size = config.max_job_size.min(node.max_job_size());
     if max_job_size < config.max_job_size {
         tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");
@@ -76,14 +94,12 @@ pub async fn start(
     let (closed, closed_rx) = watch::channel(false);
     let (left_tx, left) = watch::channel(false);
     let run = node::run(node, shared.clone(), store, role_tx, closed_rx);
+    let failed = fatal.clone();
     tokio::spawn(async move {
         match run.await {
-            Ok(()) => left_tx.send_replace(true),
-            Err(why) => {
-                tracing::error!("cluster: {why}; stopping");
-                std::process::exit(1);
-            }
-        };
+            Ok(()) => drop(left_tx.send_replace(true)),
+            Err(why) => fail(&failed, why),
+        }
     });
     let via = via::Via {
         node: options.node.clone(),
@@ -99,6 +115,7 @@ pub async fn start(
             via,
             max_job_size,
             peers,
+            fatal,
         },
     ))
 }
@@ -191,7 +208,28 @@ impl Side {
         Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
     {
         let run = bridge::run(self.role.clone(), self.shared.clone(), config, bridge);
-        tokio::spawn(run);
+        let fatal = self.fatal.clone();
+        tokio::spawn(async move {
+            if let Some(why) = run.await {
+                fail(&fatal, why);
+            }
+        });
+    }
+
+    /// Completes, with the reason, once this node must stop serving: the
+    /// server then stops at once, without the graceful stop's wait (a
+    /// deposed leader's writes fail anyway), and the process exits with an
+    /// error.
+    pub async fn failed(&self) -> String {
+        let mut fatal = self.fatal.subscribe();
+        let why = match fatal.wait_for(Option::is_some).await {
+            Ok(why) => why.clone(),
+            Err(_) => None,
+        };
+        match why {
+            Some(why) => why,
+            None => std::future::pending().await,
+        }
     }
 
     /// At shutdown, after the store is closed: withdraws this node's

@@ -111,11 +111,13 @@
 //!   shares: the state transitions (`make_ready`, `make_reserved`, …) in
 //!   `engine/transitions.rs`, waiters and timers in `engine/waiting.rs`,
 //!   the records for the store in `engine/recording.rs`.
-//! * tuber's dialect (docs/extensions.md): the tags of `put` in
-//!   `engine/ext.rs` (reached through `put_tagged`, and hooks on a job's
-//!   `tagged` flag in `discard`, `make_reserved`, `unreserve`, `restore`),
-//!   the batch commands in `engine/tuber_batch.rs`, the tags' bytes in
-//!   the store in `store/extras.rs`.
+//! * tuber's dialect (docs/extensions.md): the rules of `put`'s tags in
+//!   `engine/ext.rs`, reached through `put_tagged` and through the one
+//!   seam the core calls, `engine/dialect.rs` (`on_admitted`,
+//!   `on_reserved`, `on_unreserved`, `on_deleted`, `on_delay_ended`,
+//!   `kickable`, …, each a test of the job's `tagged` flag first); the
+//!   batch commands in `engine/tuber_batch.rs`, the tags' bytes in the
+//!   store in `store/extras.rs`.
 //! * Who may run a command (`--auth`): `auth/decide.rs`, one pure
 //!   function over the principal's grants; who a connection is and what
 //!   it may do before `auth`: `auth/session.rs`.

@@ -64,7 +64,7 @@ impl Engine {
         self.tick(now);
         let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
         match self.jobs[slot].state() {
-            State::Delayed if self.kick_blocked(slot) => Err(AdminError::Held),
+            State::Delayed if !self.kickable(slot) => Err(AdminError::Held),
             State::Buried | State::Delayed if !self.room_to_update(slot) => {
                 Err(AdminError::OutOfMemory)
             }
@@ -84,7 +84,7 @@ impl Engine {
         self.tick(now);
         let slot = self.jobs.find(id).ok_or(AdminError::NoSuchJob)?;
         match self.jobs[slot].state() {
-            State::Delayed if !self.kick_blocked(slot) => Err(AdminError::NotHeld),
+            State::Delayed if self.kickable(slot) => Err(AdminError::NotHeld),
             State::Delayed if !self.room_to_update(slot) => Err(AdminError::OutOfMemory),
             State::Delayed => {
                 self.kick_job(slot);

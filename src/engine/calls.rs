@@ -57,7 +57,7 @@ impl Engine {
             self.make_ready(slot);
             self.record_for_cluster(slot);
         }
-        self.ext_clear_flushing(conn);
+        self.on_disconnected(conn);
         let mut c = self.conns.remove(&conn).expect("known connection");
         self.timers.set(TimerKey::Conn(conn), None);
         self.stats.connections -= 1;
@@ -72,9 +72,7 @@ impl Engine {
         }
         self.tubes[c.using].using -= 1;
         self.drop_tube_ref(c.using);
-        if self.con_freed() {
-            self.con_serve_waiters();
-        }
+        self.on_settled();
     }
 
     /// Runs one command for `conn`.
@@ -126,12 +124,7 @@ impl Engine {
     /// Fires everything due at `now`.
     pub fn tick(&mut self, now: Time) {
         self.now = self.now.max(now);
-        if self.cooling() {
-            self.expire_cooling();
-        }
-        if self.groups_unsettled() {
-            self.release_unsettled();
-        }
+        self.on_tick();
         while let Some(key) = self.timers.pop_due(self.now) {
             match key {
                 TimerKey::Delayed(t) => self.delay_ended(t),
@@ -142,9 +135,7 @@ impl Engine {
                 TimerKey::Conn(c) => self.conn_due(c),
             }
         }
-        if self.con_freed() {
-            self.con_serve_waiters();
-        }
+        self.on_settled();
     }
 
     /// The earliest moment [`Engine::tick`] has work, if any.
@@ -193,7 +184,7 @@ impl Engine {
     /// was to the old leader, and is gone with it.
     pub fn restore(&mut self, image: &JobImage) {
         self.next_job_id = self.next_job_id.max(image.id + 1);
-        if image.ext.is_some() && self.restore_cooling(image) {
+        if self.on_restoring(image) {
             return;
         }
         let t = self.tubes.find_or_make(&image.tube);
@@ -205,12 +196,8 @@ impl Engine {
             &image.body,
         );
         self.jobs.set_counts(slot, image.counts());
-        if let Some(extras) = &image.ext {
-            self.attach(slot, Box::new(extras.tags.clone()));
-            if self.restores_held(image) {
-                self.restore_held(slot);
-                return;
-            }
+        if self.on_restored(slot, image) {
+            return;
         }
         match image.state {
             Stored::Reserved(until) if self.cluster.is_some() => self.hold_departed(slot, until),
@@ -244,9 +231,7 @@ impl Engine {
         } else {
             self.take_out(slot);
         }
-        if self.jobs[slot].tagged() {
-            self.drop_tags(slot);
-        }
+        self.on_dropped(slot);
         let (_, tube) = self.jobs.remove(slot);
         self.drop_tube_ref(tube);
     }

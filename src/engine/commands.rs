@@ -87,10 +87,7 @@ impl Engine {
             delay: seconds(delay),
         };
         let slot = self.jobs.insert(id, pri, profile, self.now, &body);
-        let held = match tags {
-            None => false,
-            Some(tags) => self.attach(slot, tags),
-        };
+        let held = self.on_admitted(slot, tags);
         self.tubes[t].total_jobs += 1;
         self.stats.total_jobs += 1;
         // A ready job is recorded before a waiter may take it: in cluster
@@ -216,7 +213,7 @@ impl Engine {
 pub(super) fn reserve_job(e: &mut Engine, conn: ConnId, id: JobId) -> Response {
     match e.jobs.find(id) {
         Some(slot) if e.jobs[slot].state() != State::Reserved => {
-            if e.jobs[slot].tagged() && (e.con_blocked(slot) || e.is_held(slot)) {
+            if !e.reservable(slot) {
                 return Response::NotFound;
             }
             e.take_out(slot);
@@ -415,7 +412,7 @@ impl Engine {
     /// scan, only while such a job is on top).
     fn next_kickable_delayed(&self, t: TubeIx) -> Option<JobSlot> {
         let top = self.tubes[t].delayed.peek()?;
-        if !self.kick_blocked(top.slot) {
+        if self.kickable(top.slot) {
             return Some(top.slot);
         }
         self.tubes[t]
@@ -423,7 +420,7 @@ impl Engine {
             .entries()
             .iter()
             .map(|e| e.slot())
-            .filter(|&slot| !self.kick_blocked(slot))
+            .filter(|&slot| self.kickable(slot))
             .min_by_key(|&slot| (self.jobs[slot].deadline, self.jobs[slot].id))
     }
 

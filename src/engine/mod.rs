@@ -23,7 +23,8 @@
 //! - `records.rs`: what a store keeps (`recording.rs`: how a change is
 //!   journaled); `admission.rs`: whether the store has room for a change;
 //! - `admin_ops.rs`: the admin API's changes; `browse.rs`: its reads;
-//!   `stats.rs`: the `stats` documents; `ext.rs`: tuber's tags;
+//!   `stats.rs`: the `stats` documents; `ext.rs`: tuber's tags, which the
+//!   core reaches only through `dialect.rs`;
 //! - `table.rs`, `job.rs`, `bodies.rs`, `profile.rs`, `counts.rs`: how
 //!   jobs are held; `tube.rs`, `heap.rs`, `timers.rs`, `conn.rs`: tubes,
 //!   queues, timers and connections.
@@ -38,6 +39,7 @@ mod clock;
 mod commands;
 mod conn;
 mod counts;
+mod dialect;
 mod dispatch;
 mod ext;
 mod ext_tables;

@@ -21,7 +21,7 @@ impl Engine {
     pub(super) fn discard(&mut self, slot: JobSlot) {
         // A job cooling down under an `idp:` TTL writes its cooling record
         // instead (`ext.rs`).
-        let cooling = self.jobs[slot].tagged() && self.detach(slot);
+        let cooling = self.on_deleted(slot);
         let (id, tube) = self.jobs.remove(slot);
         self.drop_tube_ref(tube);
         if self.config.journal && !cooling {
@@ -60,10 +60,7 @@ impl Engine {
 
     /// Takes a job out of `conn`'s reservations.
     pub(super) fn unreserve(&mut self, conn: ConnId, slot: JobSlot) {
-        let job = &self.jobs[slot];
-        if job.tagged() {
-            self.con_release(slot);
-        }
+        self.on_unreserved(slot);
         let deadline = self.jobs[slot].deadline;
         let c = self.conns.get_mut(&conn).expect("known connection");
         c.reserved.remove(&(deadline, slot));
@@ -170,9 +167,7 @@ impl Engine {
             .observe(self.now.saturating_sub(job.created));
         self.stats.reserved += 1;
         self.jobs.bump(slot, Counter::Reserves);
-        if self.jobs[slot].tagged() {
-            self.con_acquire(slot);
-        }
+        self.on_reserved(slot);
         self.start_ttr(conn, slot);
         // No record but in cluster mode: a stored job comes back ready
         // whatever it was doing, so a reserve changes nothing a restart

@@ -137,9 +137,7 @@ pub(super) fn flush_tube(e: &mut Engine, conn: ConnId, name: TubeName) -> Outcom
 /// Deletes job `slot` of tube `t`, out of every queue: a delete record,
 /// never an `idp:` cooldown.
 fn flush_job(e: &mut Engine, t: TubeIx, slot: JobSlot) {
-    if e.jobs[slot].tagged() {
-        e.drop_tags(slot);
-    }
+    e.on_dropped(slot);
     e.tubes[t].deletes += 1;
     e.discard(slot);
 }

@@ -63,9 +63,7 @@ impl Engine {
             Some(due) if { due.deadline } <= self.now => {
                 let slot = due.slot;
                 self.take_out(slot);
-                if self.aft_pending(slot) {
-                    self.hold(slot);
-                } else {
+                if !self.on_delay_ended(slot) {
                     self.make_ready(slot);
                 }
             }

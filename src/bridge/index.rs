@@ -4,7 +4,7 @@
 //! write-behind log under `--state-dir` (the file [`LOG`]). Every change is
 //! encoded as a record beside the map, under the same lock, and a writer
 //! thread appends the records and `fdatasync`s the file about every
-//! [`SYNC_EVERY`], so callers (async tasks) never wait for the disk. At open
+//! `writer::SYNC_EVERY`, so callers (async tasks) never wait for the disk. At open
 //! the log is replayed into the map.
 //!
 //! It may lag after a crash: the changes of the last ~100 ms may be lost,
@@ -22,14 +22,14 @@
 //! an index that fits in memory and need not be transactional.
 //!
 //! The log only grows, so when it is much larger than the live entries
-//! (see [`writer::needs_compaction`]) the writer thread writes a snapshot of the map
+//! (see `writer::needs_compaction`) the writer thread writes a snapshot of the map
 //! to a temporary file, syncs it, renames it over the log and syncs the
 //! directory. It copies one shard of the map at a time, so callers wait at
 //! most for one shard's copy; changes made meanwhile stay queued and are
 //! appended after the snapshot (replaying a change already in the snapshot
 //! again is harmless: the last record of a key is its current state).
 //!
-//! The map is split in [`SHARDS`] shards, each under its own mutex, and
+//! The map is split in `map::SHARDS` shards, each under its own mutex, and
 //! hashed with std's keyed SipHash: the keys come from the application, so
 //! a hash an outsider can predict would let crafted keys degrade it.
 //! Callers hold the key's lock (see `registry`) around read-modify-write,
@@ -45,199 +45,36 @@
 //! the key) is not taken for an expiry the bridge never saw. Marks older
 //! than [`MARK_KEEP_MS`] are swept.
 //!
-//! Submodules: [`key`] (a key and its node in 24 bytes, short keys inline),
-//! [`record`] (the log's format and its replay), [`writer`] (the thread
-//! that appends, syncs and compacts).
+//! Submodules: [`entry`] (what the index holds for a key), [`key`] (a key
+//! and its node in 24 bytes, short keys inline), [`map`] (the sharded map
+//! and what the writer shares with callers), [`record`] (the log's format
+//! and its replay), [`writer`] (the thread that appends, syncs and
+//! compacts). They share nothing through this file, which only declares
+//! them and puts the [`Index`] face on the map.
 
-use std::collections::hash_map::RandomState;
 use std::fs::{File, OpenOptions};
-use std::hash::BuildHasher;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use hashbrown::hash_table::{Entry as Place, HashTable};
-use key::Key;
+pub use entry::{KeyEntry, CANCELLED, MARK_KEEP_MS};
+use map::{lock, KeyMap, Shard};
 use record::{encode, replay, set_len};
+pub use writer::LOG;
 use writer::{write_snapshot, WriterHandle, TMP};
 
+mod entry;
 mod key;
+mod map;
 mod record;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-/// `expire_at_ms` of a tombstone.
-pub const CANCELLED: i64 = -1;
-/// How long a delivered mark is kept: far longer than an event can lag.
-pub const MARK_KEEP_MS: i64 = 10 * 60 * 1000;
-
-/// The log's file name in the state dir.
-pub const LOG: &str = "index.log";
 /// What the sled index of earlier versions left in the state dir.
 const SLED_FILES: [&str; 3] = ["db", "conf", "blobs"];
-/// Shards of the map (each under its own mutex).
-const SHARDS: usize = 16;
-
-/// Where a key's pending expiry lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KeyEntry {
-    pub expire_at_ms: i64,
-    pub timer: u64,
-}
-
-impl KeyEntry {
-    /// The mark of an expiry delivered at `at_ms` by `timer`: the delivery
-    /// time, negated, as the expiry, and the timer that delivered it, so a
-    /// timer of the key no newer than that one (the same timer back after
-    /// a lost delete, or an older one a lost delete left behind) is known
-    /// for a duplicate. Marks of earlier versions name no timer (0).
-    pub fn delivered(at_ms: i64, timer: u64) -> KeyEntry {
-        KeyEntry {
-            expire_at_ms: -at_ms.max(2),
-            timer,
-        }
-    }
-
-    pub fn is_delivered(self) -> bool {
-        self.expire_at_ms < CANCELLED
-    }
-}
-
-/// One key in a shard's table, with its entry: 40 bytes, the key inline
-/// if short (see [`key`]).
-struct KeyRow {
-    key: Key,
-    entry: KeyEntry,
-}
-
-const _: () = assert!(std::mem::size_of::<KeyRow>() == 40);
-
-/// One shard of the map, with the records of its changes not yet taken by
-/// the writer thread (in the order the changes were made). A flat table
-/// keyed by `(node, key)` whose hash is computed once per call (it also
-/// picks the shard): a map per node, each hashing again, cost the firing
-/// path three SipHash runs per lookup.
-#[derive(Default)]
-struct Shard {
-    table: HashTable<KeyRow>,
-    pending: Vec<u8>,
-}
-
-impl Shard {
-    fn get(&self, hash: u64, node: u16, key: &[u8]) -> Option<KeyEntry> {
-        self.table
-            .find(hash, |s| s.key.is(node, key))
-            .map(|s| s.entry)
-    }
-
-    /// Applies a change to the key whose hash is `hash`; returns whether it
-    /// changed anything and adjusts `live` (the bytes of the live entries'
-    /// set records).
-    fn apply(
-        &mut self,
-        (hash, hasher): (u64, &RandomState),
-        node: u16,
-        key: &[u8],
-        entry: Option<KeyEntry>,
-        live: &AtomicU64,
-    ) -> bool {
-        let size = set_len(key.len());
-        let same = |s: &KeyRow| s.key.is(node, key);
-        match entry {
-            Some(entry) => {
-                let rehash = |s: &KeyRow| hash_of(hasher, s.key.node(), s.key.bytes());
-                match self.table.entry(hash, same, rehash) {
-                    Place::Occupied(mut place) if place.get().entry != entry => {
-                        place.get_mut().entry = entry;
-                        true
-                    }
-                    Place::Occupied(_) => false,
-                    Place::Vacant(place) => {
-                        place.insert(KeyRow {
-                            key: Key::new(node, key),
-                            entry,
-                        });
-                        live.fetch_add(size, Ordering::Relaxed);
-                        true
-                    }
-                }
-            }
-            None => match self.table.find_entry(hash, same) {
-                Ok(place) => {
-                    place.remove();
-                    live.fetch_sub(size, Ordering::Relaxed);
-                    true
-                }
-                Err(_) => false,
-            },
-        }
-    }
-
-    /// Every `(node, key, entry)` in the shard.
-    fn entries(&self) -> impl Iterator<Item = (u16, &[u8], KeyEntry)> {
-        self.table
-            .iter()
-            .map(|s| (s.key.node(), s.key.bytes(), s.entry))
-    }
-}
-
-fn hash_of(hasher: &RandomState, node: u16, key: &[u8]) -> u64 {
-    hasher.hash_one((node, key))
-}
-
-/// What the writer thread and callers of [`Index::flush`] share.
-#[derive(Default)]
-struct Control {
-    /// Flushes asked for, and how many of them are done.
-    requested: u64,
-    done: u64,
-    stop: bool,
-    /// Compact at the next round whatever the log's size.
-    compact: bool,
-    /// The last write or sync error, if the last attempt failed.
-    error: Option<String>,
-}
-
-/// The map itself, in shards, with the writer thread's [`Control`]: what
-/// the clones of [`Index`] and the writer share.
-struct KeyMap {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
-    /// Bytes of the live entries' set records: what a snapshot would take.
-    live_bytes: AtomicU64,
-    control: Mutex<Control>,
-    wake: Condvar,
-}
-
-impl KeyMap {
-    /// The key's hash and its shard, locked. The shard comes from bits the
-    /// table does not use for small tables (the low ones pick a bucket, the
-    /// top seven tag it), so each shard's keys still spread evenly.
-    fn shard(&self, node: u16, key: &[u8]) -> (u64, MutexGuard<'_, Shard>) {
-        let hash = hash_of(&self.hasher, node, key);
-        (hash, lock(&self.shards[(hash >> 32) as usize % SHARDS]))
-    }
-
-    /// Applies a change to the map and, with `log` and if it changed
-    /// anything, queues its record for the writer (a replay does not).
-    fn apply(&self, node: u16, key: &[u8], entry: Option<KeyEntry>, log: bool) {
-        let (hash, mut shard) = self.shard(node, key);
-        let place = (hash, &self.hasher);
-        if shard.apply(place, node, key, entry, &self.live_bytes) && log {
-            encode(&mut shard.pending, node, key, entry);
-        }
-    }
-}
-
-/// Locks a mutex; a panic elsewhere while holding it left consistent data
-/// (every change is a single map operation plus its record).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The index, shared by every task of the bridge.
 #[derive(Clone)]
 pub struct Index {
@@ -282,14 +119,9 @@ impl Index {
             .write(true)
             .open(&path)
             .map_err(context)?;
-        let map = Arc::new(KeyMap {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::new(),
-            live_bytes: AtomicU64::new(0),
-            control: Mutex::default(),
-            wake: Condvar::new(),
-        });
-        let log_bytes = replay(&file, &path, &map).map_err(context)?;
+        let map = Arc::new(KeyMap::new());
+        let replayed = |node, key: &[u8], entry| map.apply(node, key, entry, false);
+        let log_bytes = replay(&file, &path, replayed).map_err(context)?;
         let writer = writer::start(map.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
         Ok(Index {
             map,

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::{KeyEntry, KeyMap};
+use super::entry::KeyEntry;
 
 /// The first bytes of the log (the format's version is its last digit).
 pub(super) const MAGIC: &[u8; 8] = b"SPRIDX1\n";
@@ -79,9 +79,13 @@ pub(super) fn decode(payload: &[u8]) -> Option<(u16, &[u8], Option<KeyEntry>)> {
     }
 }
 
-/// Replays the log into `map`; returns its length, after truncating a
-/// torn or corrupt tail.
-pub(super) fn replay(file: &File, path: &Path, map: &KeyMap) -> io::Result<u64> {
+/// Replays the log, handing each change to `apply`; returns its length,
+/// after truncating a torn or corrupt tail.
+pub(super) fn replay(
+    file: &File,
+    path: &Path,
+    mut apply: impl FnMut(u16, &[u8], Option<KeyEntry>),
+) -> io::Result<u64> {
     let size = file.metadata()?.len();
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut magic = [0; MAGIC.len()];
@@ -116,7 +120,7 @@ pub(super) fn replay(file: &File, path: &Path, map: &KeyMap) -> io::Result<u64> 
         let Some((node, key, entry)) = decode(&payload) else {
             break Some("a record it cannot decode");
         };
-        map.apply(node, key, entry, false);
+        apply(node, key, entry);
         good += HEADER as u64 + n;
         records += 1;
     };

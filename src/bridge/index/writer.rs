@@ -11,9 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::map::{lock, KeyMap, Shard};
 use super::record::{encode, MAGIC};
-use super::{lock, KeyMap, Shard, LOG};
 
+/// The log's file name in the state dir.
+pub const LOG: &str = "index.log";
 /// Where a compaction writes the snapshot before renaming it over [`LOG`].
 pub(super) const TMP: &str = "index.log.tmp";
 /// How often the writer thread appends and syncs what changed.

@@ -192,7 +192,7 @@ fn embedded_flags_make_the_subcommands_config() {
             ("redis://r:6379/4", Kind::Standalone, false),
             ("redis://127.0.0.1:7001/2", Kind::Twemproxy, false),
             ("redis://127.0.0.1:7002/2", Kind::Twemproxy, false),
-            ("redis://c:7000", Kind::Cluster, false),
+            ("redis://c:7000", Kind::RedisCluster, false),
             ("redis://s:26379/m", Kind::Sentinel, true),
         ]
     );

@@ -123,10 +123,11 @@
 //!   it may do before `auth`: `auth/session.rs`.
 //! * The admin API's changes: `engine/admin_ops.rs`; its reads:
 //!   `engine/browse.rs`; the HTTP around them: [`http`].
-//! * The bridge firing a due key: `bridge/decide.rs`'s `claim` and `fire`
-//!   (pure), carried out by `Registry::fire` in `bridge/registry.rs` for
-//!   the workers of `bridge/fire.rs`; on the server, the `fire` command
-//!   (`engine/fire.rs`) turns the timer into its delivery in one record.
+//! * The bridge settling a due timer (deliver, drop, release or re-arm):
+//!   `bridge/decide.rs`'s `claim` and `settle` (pure), carried out by
+//!   `Registry::settle` in `bridge/registry.rs` for the workers of
+//!   `bridge/due.rs`; on the server, the `fire` command (`engine/fire.rs`)
+//!   turns the timer into its delivery in one record.
 
 pub mod admin;
 

@@ -280,7 +280,11 @@ impl Sources<'_> {
             let backends = twemproxy_backends(file, &front.flag("twemproxy-config"))?;
             urls.extend(backends.into_iter().map(|u| (u, Kind::Twemproxy)));
         }
-        urls.extend(self.clusters.iter().map(|u| (u.clone(), Kind::Cluster)));
+        urls.extend(
+            self.clusters
+                .iter()
+                .map(|u| (u.clone(), Kind::RedisCluster)),
+        );
         let mut nodes = urls
             .into_iter()
             .map(|(url, kind)| {
@@ -343,7 +347,7 @@ pub enum Kind {
     /// `--redis-sentinel`: the master the sentinels name.
     Sentinel,
     /// `--redis-cluster`: the cluster found from this node.
-    Cluster,
+    RedisCluster,
 }
 
 impl Kind {
@@ -352,7 +356,7 @@ impl Kind {
             Kind::Standalone => "standalone",
             Kind::Twemproxy => "twemproxy backend",
             Kind::Sentinel => "Sentinel master",
-            Kind::Cluster => "Redis Cluster",
+            Kind::RedisCluster => "Redis Cluster",
         }
     }
 }

@@ -6,7 +6,7 @@
 //! they are tried; `tests` has one row per arm.
 //!
 //! * [`sync`]: after an event on a key, or when SCAN lists it.
-//! * [`claim`] then [`fire`]: a timer came due; first from the index
+//! * [`claim`] then [`settle`]: a timer came due; first from the index
 //!   alone (is it still the key's timer?), then from Redis's answer.
 //! * [`echo`]: an `expired` event that needs no Redis read at all (the
 //!   index knows the key).
@@ -151,7 +151,7 @@ pub fn claim(current: Option<KeyEntry>, id: u64, expire_at_ms: i64) -> Claim {
 
 /// What firing does with a due timer Redis was asked about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fire {
+pub enum Settle {
     /// The key is gone at or after its deadline: put the delivery, then
     /// delete the timer, then mark the key delivered.
     Deliver,
@@ -172,27 +172,27 @@ pub enum Fire {
 /// Decides a due timer for an expiry at `expire_at_ms` from `read`, what
 /// Redis says now, and the key's entry after [`claim`]. An expiry within
 /// the reading's error of the timer's is the timer's own.
-pub fn fire(current: Option<KeyEntry>, read: Reading, expire_at_ms: i64, now_ms: i64) -> Fire {
+pub fn settle(current: Option<KeyEntry>, read: Reading, expire_at_ms: i64, now_ms: i64) -> Settle {
     let Reading { expiry, err_ms } = read;
-    let drop = Fire::Drop {
+    let drop = Settle::Drop {
         unindex: current.is_some(),
     };
-    let later = |at: i64| Fire::Release {
+    let later = |at: i64| Settle::Release {
         until_ms: (at.max(expire_at_ms) + FIRE_AFTER_MS).max(now_ms + RECHECK_MS),
     };
     match expiry {
-        Expiry::Gone if now_ms >= expire_at_ms => Fire::Deliver,
+        Expiry::Gone if now_ms >= expire_at_ms => Settle::Deliver,
         Expiry::Gone if now_ms < expire_at_ms - EXPIRY_SLACK_MS => drop,
         Expiry::Gone => later(expire_at_ms),
         Expiry::Persistent => drop,
         Expiry::At(at) if same(at, expire_at_ms, err_ms) => later(at),
-        Expiry::At(at) => Fire::Rearm { at },
+        Expiry::At(at) => Settle::Rearm { at },
     }
 }
 
 /// When a timer for an expiry at `at`, armed at `now_ms`, comes due: just
 /// after the deadline, or `precheck_ms` before it for a last look (if that
-/// is still ahead; a key found gone then was deleted, see [`fire`]).
+/// is still ahead; a key found gone then was deleted, see [`settle`]).
 pub fn timer_due(at: i64, now_ms: i64, precheck_ms: i64) -> i64 {
     let look = at - precheck_ms;
     if precheck_ms > 0 && look > now_ms {

@@ -25,16 +25,17 @@
 //!   their quirks (`redis_side` finds out at connect what each node can
 //!   do; [`remote`], TLS and a token for a secured server); `failure`
 //!   (why a step failed, and the retry); `sentinel` (where
-//!   a Sentinel master is now, and following it); `cluster` (a Redis
-//!   Cluster as one node: its topology, each key read at its slot's
-//!   master, and `cluster::Target`, what the registry reads keys from).
+//!   a Sentinel master is now, and following it); `redis_cluster` (a
+//!   Redis Cluster as one node: its topology, each key read at its
+//!   slot's master, and `redis_cluster::Target`, what the registry reads
+//!   keys from; `src/cluster/` is sprout's own NATS cluster, unrelated).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
 //!   answer, hint, now) to a plan, table-tested; `report`, the status
 //!   lines' text (each source, where it delivers, every Redis setting
 //!   changed, old -> new) from what they report.
 //! * Workers: `registry` carries the plans out under per-key locks, in
 //!   pipelines and in the order that makes them safe; `sync` (the queue of
-//!   keys and its workers), `fire` (workers reserving due timers from
+//!   keys and its workers), `due` (workers reserving due timers from
 //!   `bridge-timers.TUBE`), `events` (keyspace events per node, each queued
 //!   as a key to sync), `reconcile` (`SCAN MATCH` at start, periodically
 //!   and after lost connections; the only source with `--no-pubsub`; a
@@ -58,7 +59,7 @@
 //!
 //! Decisions that differ from a plain reading of the design:
 //! * Work is batched, decisions are not: a sync worker takes up to
-//!   `sync::BATCH` queued keys, a firing worker up to `fire::BATCH` due
+//!   `sync::BATCH` queued keys, a firing worker up to `due::BATCH` due
 //!   timers, and each batch costs a few round trips (one `reserve-batch`,
 //!   one pipelined expiry read, one pipeline of fires and deletes; on a
 //!   classic beanstalkd puts, then deletes) instead of a few per key. It is as safe as one key at a time because every key of the
@@ -109,19 +110,19 @@
 
 mod body;
 mod clock;
-mod cluster;
 pub mod config;
 mod conn;
 mod decide;
+mod due;
 mod events;
 mod failure;
-mod fire;
 mod flushes;
 mod gaps;
 mod index;
 mod keys;
 pub mod punctuality;
 mod reconcile;
+mod redis_cluster;
 mod redis_side;
 mod registry;
 pub mod remote;
@@ -139,10 +140,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use clock::now_ms;
-use cluster::{Cluster, Target};
 use config::Config;
 use index::Index;
 use punctuality::Punctuality;
+use redis_cluster::{RedisCluster, Target};
 use redis_side::Redis;
 use registry::Registry;
 use server_side::{Connector, Flavour, Session};
@@ -292,7 +293,9 @@ async fn start(
     let mut targets = Vec::new();
     for node in &config.nodes {
         targets.push(match node.kind {
-            config::Kind::Cluster => Target::Cluster(connect_cluster(node, config).await),
+            config::Kind::RedisCluster => {
+                Target::RedisCluster(connect_redis_cluster(node, config).await)
+            }
             _ => Target::One(connect_redis(node, config).await?),
         });
     }
@@ -306,10 +309,10 @@ async fn start(
         punctuality.clone(),
     ));
     let queue = sync::Queue::start(registry.clone(), || session(timer_tube, None));
-    for _ in 0..fire::WORKERS {
+    for _ in 0..due::WORKERS {
         let timers = session(config.tube.as_str(), Some(timer_tube));
         let arms = session(timer_tube, None);
-        tokio::spawn(fire::work(registry.clone(), timers, arms));
+        tokio::spawn(due::work(registry.clone(), timers, arms));
     }
     let sinks = events::Sinks {
         queue: queue.clone(),
@@ -330,8 +333,8 @@ async fn start(
         tokio::spawn(reconcile::run(reconcile, config.pubsub));
         let redis = match target {
             Target::One(redis) => redis,
-            Target::Cluster(cluster) => {
-                tokio::spawn(watch_cluster(
+            Target::RedisCluster(cluster) => {
+                tokio::spawn(watch_redis_cluster(
                     i,
                     node.clone(),
                     cluster,
@@ -364,12 +367,12 @@ async fn start(
 }
 
 /// Finds the cluster of `node` (retrying until a node answers).
-async fn connect_cluster(node: &config::Node, config: &Config) -> Cluster {
+async fn connect_redis_cluster(node: &config::Node, config: &Config) -> RedisCluster {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match Cluster::discover(node.info.clone(), config.pubsub).await {
+        match RedisCluster::discover(node.info.clone(), config.pubsub).await {
             Ok(cluster) => {
-                tracing::info!(target: crate::STATUS, "{}", report::cluster(node, config));
+                tracing::info!(target: crate::STATUS, "{}", report::redis_cluster(node, config));
                 return cluster;
             }
             Err(e) => {
@@ -383,12 +386,12 @@ async fn connect_cluster(node: &config::Node, config: &Config) -> Cluster {
 
 /// Follows the masters of cluster node `i` forever: every master met gets
 /// its keyspace events and wipe watch (a new one, after a failover or an
-/// added master, is subscribed within a [`cluster::REFRESH`], which
+/// added master, is subscribed within a [`redis_cluster::REFRESH`], which
 /// reconciles the cluster); the topology is read again every refresh.
-fn watch_cluster(
+fn watch_redis_cluster(
     i: u16,
     node: config::Node,
-    cluster: Cluster,
+    cluster: RedisCluster,
     config: &Config,
     sinks: events::Sinks,
 ) -> impl Future<Output = ()> + use<> {
@@ -417,7 +420,7 @@ fn watch_cluster(
                 }
                 Err(e) => tracing::warn!(cluster = %node.url, error = %e, "cannot reach a master"),
             }
-            tokio::time::sleep(cluster::REFRESH).await;
+            tokio::time::sleep(redis_cluster::REFRESH).await;
             if let Err(e) = cluster.refresh().await {
                 tracing::warn!(cluster = %node.url, error = %e, "cannot read the cluster's topology");
             }

@@ -26,8 +26,8 @@ use std::time::Duration;
 use rustc_hash::FxHashSet;
 
 use super::clock::now_ms;
-use super::cluster::Target;
 use super::index::Index;
+use super::redis_cluster::Target;
 use super::redis_side::Redis;
 use super::sync::Queue;
 use super::triggers::Triggers;

@@ -12,7 +12,7 @@
 //!   so it is delivered, with the moment the bridge learnt of it as
 //!   `expire_at_ms`, rather than lost; a key whose expiry was already
 //!   delivered carries a mark (see `index`) and is left alone.
-//! * [`Registry::fire`] (a timer came due): a superseded timer (see below)
+//! * [`Registry::settle`] (a timer came due): a superseded timer (see below)
 //!   is dropped; otherwise Redis is asked again. Gone at or after its
 //!   deadline: the timer becomes its delivery job in one step on a sprout
 //!   (`fire`: journaled once, so a crash leaves the timer or the delivery,
@@ -44,13 +44,13 @@ use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
 use super::clock::now_ms;
-use super::cluster::Target;
 use super::config::{Config, Node};
-use super::decide::{self, Claim, Fire, Sync};
+use super::decide::{self, Claim, Settle, Sync};
 use super::failure::{Failure, Result};
 use super::index::{Index, KeyEntry, CANCELLED};
 use super::keys::key_hash;
 use super::punctuality::Punctuality;
+use super::redis_cluster::Target;
 use super::redis_side::{Expiry, Reading};
 use super::server_side::{Flavour, Session};
 use super::triggers::Triggers;
@@ -227,7 +227,12 @@ impl Registry {
     /// decided afresh (on a classic server, deliveries already put are
     /// duplicated, never lost; a fire either happened, and its timer is
     /// gone, or did not).
-    pub async fn fire(&self, timers: &mut Session, arms: &mut Session, dues: &[Due]) -> Result<()> {
+    pub async fn settle(
+        &self,
+        timers: &mut Session,
+        arms: &mut Session,
+        dues: &[Due],
+    ) -> Result<()> {
         let keys: Vec<(u16, &[u8])> = dues
             .iter()
             .map(|d| (d.timer.node, d.timer.key.as_slice()))
@@ -287,26 +292,26 @@ impl Registry {
         for (&(due, current, indexed), expiry) in ask.iter().zip(expiries) {
             let (id, timer) = (due.id, &due.timer);
             let key = (timer.node, timer.key.as_slice());
-            match decide::fire(current, expiry, timer.expire_at_ms, now) {
-                Fire::Deliver => {
+            match decide::settle(current, expiry, timer.expire_at_ms, now) {
+                Settle::Deliver => {
                     // A timer the index did not name was put just before a
                     // crash: the key was not watched since.
                     let uncertain =
                         !indexed || self.triggers.uncertain(timer.node, timer.expire_at_ms);
                     deliveries.push((id, timer.delivery(now, uncertain), key));
                 }
-                Fire::Drop { unindex: known } => {
+                Settle::Drop { unindex: known } => {
                     deletes.push(id);
                     if known {
                         unindex.push(key);
                     }
                 }
-                Fire::Release { until_ms } => releases.push(Command::Release {
+                Settle::Release { until_ms } => releases.push(Command::Release {
                     id,
                     pri: TIMER_PRI,
                     delay: self.flavour.delay(until_ms, now),
                 }),
-                Fire::Rearm { at } => {
+                Settle::Rearm { at } => {
                     rearms.push((key.0, key.1, at, current));
                     rearmed.push(id);
                 }

@@ -49,7 +49,7 @@ pub fn source(node: &Node, at: Option<&str>, caps: &Caps, config: &Config) -> St
 }
 
 /// The line of a Redis Cluster found from `node`.
-pub fn cluster(node: &Node, config: &Config) -> String {
+pub fn redis_cluster(node: &Node, config: &Config) -> String {
     format!(
         "bridge source {} ({}): its masters' TTLs learnt from {}",
         node.url,

@@ -113,29 +113,29 @@ fn claim_tells_current_timers_from_superseded_and_lost_writes() {
 }
 
 #[test]
-fn fire_delivers_only_what_redis_no_longer_has() {
+fn settle_delivers_only_what_redis_no_longer_has() {
     let at = NOW - 1;
     let cur = Some(entry(at, 8));
     use Expiry::{At, Gone, Persistent};
     /// (case, the key's entry, Redis's answer, the timer's expiry, now, plan)
-    type Row = (&'static str, Option<KeyEntry>, Expiry, i64, i64, Fire);
+    type Row = (&'static str, Option<KeyEntry>, Expiry, i64, i64, Settle);
     #[rustfmt::skip]
     let rows: &[Row] = &[
-        ("gone", cur, Gone, at, NOW, Fire::Deliver),
-        ("gone, not indexed", None, Gone, at, NOW, Fire::Deliver),
-        ("gone at its very deadline", cur, Gone, NOW, NOW, Fire::Deliver),
-        ("gone within the slack before it: not early", cur, Gone, NOW + EXPIRY_SLACK_MS, NOW, Fire::Release { until_ms: NOW + EXPIRY_SLACK_MS + FIRE_AFTER_MS }),
-        ("gone well before it: deleted (a precheck)", cur, Gone, NOW + EXPIRY_SLACK_MS + 1, NOW, Fire::Drop { unindex: true }),
-        ("gone before it, not indexed", None, Gone, NOW + 500, NOW, Fire::Drop { unindex: false }),
-        ("TTL cleared", cur, Persistent, at, NOW, Fire::Drop { unindex: true }),
-        ("TTL cleared, not indexed", None, Persistent, at, NOW, Fire::Drop { unindex: false }),
-        ("still there at its deadline", cur, At(at), at, NOW, Fire::Release { until_ms: NOW + RECHECK_MS }),
-        ("still there, deadline ahead (a precheck)", cur, At(NOW + 10), NOW + 10, NOW, Fire::Release { until_ms: NOW + 10 + FIRE_AFTER_MS }),
-        ("expiry moved", cur, At(NOW + 5_000), at, NOW, Fire::Rearm { at: NOW + 5_000 }),
+        ("gone", cur, Gone, at, NOW, Settle::Deliver),
+        ("gone, not indexed", None, Gone, at, NOW, Settle::Deliver),
+        ("gone at its very deadline", cur, Gone, NOW, NOW, Settle::Deliver),
+        ("gone within the slack before it: not early", cur, Gone, NOW + EXPIRY_SLACK_MS, NOW, Settle::Release { until_ms: NOW + EXPIRY_SLACK_MS + FIRE_AFTER_MS }),
+        ("gone well before it: deleted (a precheck)", cur, Gone, NOW + EXPIRY_SLACK_MS + 1, NOW, Settle::Drop { unindex: true }),
+        ("gone before it, not indexed", None, Gone, NOW + 500, NOW, Settle::Drop { unindex: false }),
+        ("TTL cleared", cur, Persistent, at, NOW, Settle::Drop { unindex: true }),
+        ("TTL cleared, not indexed", None, Persistent, at, NOW, Settle::Drop { unindex: false }),
+        ("still there at its deadline", cur, At(at), at, NOW, Settle::Release { until_ms: NOW + RECHECK_MS }),
+        ("still there, deadline ahead (a precheck)", cur, At(NOW + 10), NOW + 10, NOW, Settle::Release { until_ms: NOW + 10 + FIRE_AFTER_MS }),
+        ("expiry moved", cur, At(NOW + 5_000), at, NOW, Settle::Rearm { at: NOW + 5_000 }),
     ];
     for &(case, current, expiry, expire_at_ms, now, want) in rows {
         assert_eq!(
-            fire(current, expiry.into(), expire_at_ms, now),
+            settle(current, expiry.into(), expire_at_ms, now),
             want,
             "{case}"
         );
@@ -173,16 +173,16 @@ fn ttl_readings_agree_within_their_error() {
     // expiry: looked at again after the later of the two, never early.
     let at = NOW - 1;
     let cur = Some(entry(at, 8));
-    let still = fire(cur, read(at + 2, 3), at, NOW);
+    let still = settle(cur, read(at + 2, 3), at, NOW);
     assert_eq!(
         still,
-        Fire::Release {
+        Settle::Release {
             until_ms: at + 2 + FIRE_AFTER_MS
         }
     );
     assert_eq!(
-        fire(cur, read(at + 4, 3), at, NOW),
-        Fire::Rearm { at: at + 4 }
+        settle(cur, read(at + 4, 3), at, NOW),
+        Settle::Rearm { at: at + 4 }
     );
 }
 

@@ -2,7 +2,7 @@
 //! the bridge, found by discovery and followed as it changes.
 //!
 //! * **Topology**: `CLUSTER SLOTS` (Redis ≥ 3.0) from any node gives each
-//!   slot's master; [`Cluster::refresh`] reads it again every [`REFRESH`],
+//!   slot's master; [`RedisCluster::refresh`] reads it again every [`REFRESH`],
 //!   after a `MOVED`, and when a master's connection is lost (see `run` in
 //!   the bridge's `mod.rs`, which subscribes to every master it finds).
 //! * **Timers are named by the key**, not by a master: the cluster is one
@@ -125,7 +125,7 @@ impl Topology {
 /// A Redis Cluster: its topology and a connection per node met; clones
 /// share them.
 #[derive(Clone)]
-pub struct Cluster(Arc<Inner>);
+pub struct RedisCluster(Arc<Inner>);
 
 struct Inner {
     /// Database and credentials for every node; the seed's address.
@@ -135,11 +135,11 @@ struct Inner {
     nodes: tokio::sync::Mutex<HashMap<String, Redis>>,
 }
 
-impl Cluster {
+impl RedisCluster {
     /// Reads the topology from the node at `seed` and connects to every
     /// master.
-    pub async fn discover(seed: ConnectionInfo, pubsub: bool) -> RedisResult<Cluster> {
-        let cluster = Cluster(Arc::new(Inner {
+    pub async fn discover(seed: ConnectionInfo, pubsub: bool) -> RedisResult<RedisCluster> {
+        let cluster = RedisCluster(Arc::new(Inner {
             template: seed,
             pubsub,
             topology: RwLock::new(Topology::default()),
@@ -348,21 +348,21 @@ fn addr_of(info: &ConnectionInfo) -> String {
 #[derive(Clone)]
 pub enum Target {
     One(Redis),
-    Cluster(Cluster),
+    RedisCluster(RedisCluster),
 }
 
 impl Target {
     pub async fn expiries(&self, keys: &[&[u8]]) -> RedisResult<Vec<Reading>> {
         match self {
             Target::One(redis) => redis.clone().expiries(keys).await,
-            Target::Cluster(cluster) => cluster.expiries(keys).await,
+            Target::RedisCluster(cluster) => cluster.expiries(keys).await,
         }
     }
 
     pub async fn value(&self, key: &[u8]) -> RedisResult<Option<Vec<u8>>> {
         match self {
             Target::One(redis) => redis.clone().value(key).await,
-            Target::Cluster(cluster) => cluster.value(key).await,
+            Target::RedisCluster(cluster) => cluster.value(key).await,
         }
     }
 
@@ -379,7 +379,9 @@ impl Target {
                     .delete_if_due(key, expire_at_ms, slack_ms)
                     .await
             }
-            Target::Cluster(cluster) => cluster.delete_if_due(key, expire_at_ms, slack_ms).await,
+            Target::RedisCluster(cluster) => {
+                cluster.delete_if_due(key, expire_at_ms, slack_ms).await
+            }
         }
     }
 
@@ -387,7 +389,7 @@ impl Target {
     pub async fn scan_nodes(&self) -> RedisResult<Vec<Redis>> {
         match self {
             Target::One(redis) => Ok(vec![redis.clone()]),
-            Target::Cluster(cluster) => {
+            Target::RedisCluster(cluster) => {
                 Ok(cluster.masters().await?.into_iter().map(|m| m.1).collect())
             }
         }

@@ -1,7 +1,7 @@
-//! The firing workers: each takes the timers already due from the timer
+//! The due-timer workers: each takes the timers already due from the timer
 //! tube, up to [`BATCH`] (one `reserve-batch` on a sprout; on a classic
 //! beanstalkd pipelined `reserve-with-timeout 0`), blocking in `reserve`
-//! only when none is, and hands them to [`Registry::fire`] together.
+//! only when none is, and hands them to [`Registry::settle`] together.
 //! Several run at once, each with its own connections, so deliveries due
 //! together go out in parallel. A worker's `timers` connection watches the
 //! timer tube and uses the delivery tube (a sprout's `fire` puts there),
@@ -48,7 +48,7 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut arms: Sessio
             });
             dues = later;
             loop {
-                match registry.fire(&mut timers, &mut arms, &now).await {
+                match registry.settle(&mut timers, &mut arms, &now).await {
                     Ok(()) => break,
                     Err(Failure::Server(e)) => {
                         // Whichever connection failed, drop both: the

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use sprout_protocol::Response;
+
 use super::server_side::Session;
 use crate::client;
 
@@ -36,6 +38,14 @@ impl From<client::Error> for Failure {
 impl From<redis::RedisError> for Failure {
     fn from(e: redis::RedisError) -> Failure {
         Failure::Redis(e)
+    }
+}
+
+/// Fails with the first answer `ok` refuses.
+pub fn check(replies: Vec<Response>, ok: impl Fn(&Response) -> bool) -> Result<()> {
+    match replies.into_iter().find(|r| !ok(r)) {
+        None => Ok(()),
+        Some(reply) => Err(Failure::Server(client::Error::Reply(reply))),
     }
 }
 

@@ -183,6 +183,24 @@ impl Session {
         true
     }
 
+    /// Sends `commands` in one pipeline (one write) and reads their
+    /// answers, in order.
+    pub async fn pipeline(&mut self, commands: &[Command]) -> client::Result<Vec<Response>> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn().await;
+        for c in commands {
+            conn.send(c).await?;
+        }
+        conn.flush().await?;
+        let mut replies = Vec::with_capacity(commands.len());
+        for _ in commands {
+            replies.push(conn.recv().await?);
+        }
+        Ok(replies)
+    }
+
     /// Drops the connection; the next [`Session::conn`] opens a new one.
     pub fn reset(&mut self) {
         self.conn = None;

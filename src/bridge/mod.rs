@@ -9,8 +9,9 @@
 //! it survives crashes: in the job server, as a delayed timer job.
 //!
 //! How, module by module, bottom up (every import points down the list):
-//! * Leaves, the shared vocabulary: [`config`] (the flags, validated once;
-//!   `twemproxy` reads a proxy's backends from its YAML),
+//! * Leaves, the shared vocabulary: [`config`] (the flags of `flags`,
+//!   validated once; the Redis nodes of `sources`, where `twemproxy`
+//!   reads a proxy's backends from its YAML),
 //!   `clock` (the one clock read), `keys` (the key hash of workers and
 //!   lock stripes, repeats in a batch), `work` (a key to sync and the
 //!   `Hint` of why), `gaps` (when a deletion could have gone unseen),
@@ -116,6 +117,7 @@ mod decide;
 mod due;
 mod events;
 mod failure;
+mod flags;
 mod flushes;
 mod gaps;
 mod index;
@@ -130,6 +132,7 @@ mod report;
 mod sentinel;
 pub mod server_side;
 mod settle;
+mod sources;
 mod sync;
 mod timers;
 mod triggers;

@@ -15,8 +15,8 @@
 //! * [`is_timer_of`]: whether a timer job is the one the index names.
 
 use super::body::Timer;
+use super::expiry::{Expiry, Reading};
 use super::index::{KeyEntry, CANCELLED};
-use super::redis_side::{Expiry, Reading};
 use super::work::Hint;
 
 /// A key gone this close to its deadline counts as expired, not deleted

@@ -23,8 +23,8 @@
 //!   for `/metrics` and the dashboard); `sprout bridge`'s own process
 //!   tunes glibc's allocator ([`crate::malloc`]).
 //! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`), the two connections and
-//!   their quirks (`redis_side` finds out at connect what each node can
-//!   do; [`remote`], TLS and a token for a secured server); `failure`
+//!   their quirks (`redis_caps` finds out at connect what each node can
+//!   do, `expiry` is what a reading says; [`remote`], TLS and a token for a secured server); `failure`
 //!   (why a step failed, and the retry); `sentinel` (where
 //!   a Sentinel master is now, and following it); `redis_cluster` (a
 //!   Redis Cluster as one node: its topology, each key read at its
@@ -116,6 +116,7 @@ mod conn;
 mod decide;
 mod due;
 mod events;
+mod expiry;
 mod failure;
 mod flags;
 mod flushes;
@@ -124,6 +125,7 @@ mod index;
 mod keys;
 pub mod punctuality;
 mod reconcile;
+mod redis_caps;
 mod redis_cluster;
 mod redis_side;
 mod registry;

@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult, Value};
 
-use super::redis_side::{Reading, Redis};
+use super::expiry::Reading;
+use super::redis_side::Redis;
 
 /// Slots of a Redis Cluster.
 pub const SLOTS: usize = 16384;

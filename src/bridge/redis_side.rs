@@ -3,7 +3,7 @@
 //! and switching keyspace notifications on.
 //!
 //! How a key's expiry is read depends on the node, found out once at
-//! connect ([`Caps::probe`]: `INFO server` for the version, then a probe of
+//! connect (`redis_caps`, [`Caps::probe`]: `INFO server` for the version, then a probe of
 //! each command): `PEXPIRETIME` where it exists (Redis ≥ 7.0, Valkey), the
 //! exact deadline; otherwise (Redis 6.x, 5.x, codis-server) `PTTL`, which
 //! is relative, so the pipeline is bracketed by two clock readings and a
@@ -25,6 +25,8 @@ use redis::{AsyncCommands, RedisResult, Script};
 
 use super::clock::now_ms;
 use super::config::Node;
+use super::expiry::{Expiry, Reading};
+use super::redis_caps::{unreachable, Caps, Method};
 
 /// Notification classes the bridge needs: `K` keyspace channel, `g` generic
 /// (del, expire, persist, rename_*, copy_to, move_*, restore), `$` string
@@ -33,203 +35,6 @@ const NEEDED_FLAGS: &str = "Kg$xe";
 /// `A` is Redis's alias for every event class but `n` (new key) and `m`
 /// (key miss).
 const ALIAS_ALL: &str = "g$lshzxetd";
-
-/// What Redis says about a key's expiry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expiry {
-    /// The key does not exist (`PEXPIRETIME` answered -2).
-    Gone,
-    /// The key exists without a TTL (-1).
-    Persistent,
-    /// The key expires at this Unix time in milliseconds.
-    At(i64),
-}
-
-impl Expiry {
-    fn from_reply(ms: i64) -> Expiry {
-        match ms {
-            -2 => Expiry::Gone,
-            ms if ms < 0 => Expiry::Persistent,
-            ms => Expiry::At(ms),
-        }
-    }
-
-    /// From a `PTTL` answer read between the clock readings `lo` and `hi`
-    /// (ms): the latest the key can expire.
-    fn from_ttl(ttl: i64, hi: i64) -> Expiry {
-        match ttl {
-            ttl if ttl < 0 => Expiry::from_reply(ttl),
-            ttl => Expiry::At(hi + ttl),
-        }
-    }
-}
-
-/// One answer about a key's expiry: `expiry`, and how much earlier than
-/// its `At` the key may really expire (0 with `PEXPIRETIME`; the bracket's
-/// width with `PTTL`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Reading {
-    pub expiry: Expiry,
-    pub err_ms: i64,
-}
-
-impl From<Expiry> for Reading {
-    fn from(expiry: Expiry) -> Reading {
-        Reading { expiry, err_ms: 0 }
-    }
-}
-
-impl Reading {
-    /// From a `PTTL` answer read between the clock readings `lo` and `hi`
-    /// (ms).
-    fn from_ttl(ttl: i64, lo: i64, hi: i64) -> Reading {
-        Reading {
-            expiry: Expiry::from_ttl(ttl, hi),
-            err_ms: hi - lo,
-        }
-    }
-}
-
-/// How a node tells a key's expiry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    /// `PEXPIRETIME`: the exact deadline (Redis ≥ 7.0).
-    ExpireTime,
-    /// `PTTL` between two `TIME`s of the same pipeline.
-    TtlServerClock,
-    /// `PTTL` between two readings of the bridge's clock (the node refuses
-    /// `TIME`).
-    TtlLocalClock,
-}
-
-/// What a node is and can do, found out once at connect.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caps {
-    /// `redis_version` of `INFO server` (empty if it would not say).
-    pub version: String,
-    pub method: Method,
-    /// `INFO a b` with several sections (Redis ≥ 7.0); else one at a time.
-    pub info_sections: bool,
-    /// The commands the node refused (answered an error, or closed the
-    /// connection, as proxies do), of those the bridge uses.
-    pub refused: Vec<&'static str>,
-}
-
-impl Caps {
-    /// Asks the node, each probe on a connection of its own (a proxy closes
-    /// the connection on a command it does not forward). A refused probe is
-    /// a missing capability; only a node that cannot be reached is an
-    /// error (try again later). `pubsub`: probe `PSUBSCRIBE` too.
-    async fn probe(client: &redis::Client, pubsub: bool) -> RedisResult<Caps> {
-        let mut refused = Vec::new();
-        let info = answer::<String>(client, redis::cmd("INFO").arg("server")).await?;
-        let version = info.as_deref().map(version_of).unwrap_or_default();
-        if info.is_none() {
-            refused.push("INFO");
-        }
-        let key = "sprout-bridge:probe";
-        let mut has = async |name: &'static str, cmd: &redis::Cmd| {
-            let ok = answer::<redis::Value>(client, cmd).await?.is_some();
-            if !ok {
-                refused.push(name);
-            }
-            RedisResult::Ok(ok)
-        };
-        let expiretime = has("PEXPIRETIME", redis::cmd("PEXPIRETIME").arg(key)).await?;
-        let time = has("TIME", &redis::cmd("TIME")).await?;
-        let ttl = has("PTTL", redis::cmd("PTTL").arg(key)).await?;
-        let scan = redis::cmd("SCAN")
-            .arg(0)
-            .arg("MATCH")
-            .arg(key)
-            .arg("COUNT")
-            .arg(1)
-            .clone();
-        has("SCAN", &scan).await?;
-        let config = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("notify-keyspace-events")
-            .clone();
-        has("CONFIG", &config).await?;
-        if pubsub && !psubscribes(client).await? {
-            refused.push("PSUBSCRIBE");
-        }
-        let method = match (expiretime, time, ttl) {
-            (true, _, _) => Method::ExpireTime,
-            (false, true, _) => Method::TtlServerClock,
-            _ => Method::TtlLocalClock,
-        };
-        Ok(Caps {
-            info_sections: major(&version) >= Some(7),
-            version,
-            method,
-            refused,
-        })
-    }
-
-    /// What keeps the bridge from working with this node at all: a way to
-    /// read expiries, SCAN, and (unless `--no-pubsub`) keyspace events.
-    pub fn missing_needs(&self) -> Vec<&'static str> {
-        let refused = |c: &str| self.refused.contains(&c);
-        let mut needs: Vec<&'static str> = Vec::new();
-        if refused("PEXPIRETIME") && refused("PTTL") {
-            needs.push("PEXPIRETIME or PTTL");
-        }
-        for c in ["SCAN", "PSUBSCRIBE"] {
-            if refused(c) {
-                needs.push(c);
-            }
-        }
-        needs
-    }
-}
-
-/// `cmd`'s answer on a connection of its own; `None` if the node refused
-/// it (an error, or the connection closed while a fresh one still answers
-/// `PING`); an error only if the node cannot be reached.
-async fn answer<T: redis::FromRedisValue>(
-    client: &redis::Client,
-    cmd: &redis::Cmd,
-) -> RedisResult<Option<T>> {
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    match cmd.query_async::<T>(&mut conn).await {
-        Ok(value) => Ok(Some(value)),
-        Err(e) if unreachable(&e) => {
-            let mut fresh = client.get_multiplexed_async_connection().await?;
-            let _: String = redis::cmd("PING").query_async(&mut fresh).await?;
-            Ok(None)
-        }
-        Err(_) => Ok(None),
-    }
-}
-
-/// Whether the node takes a `PSUBSCRIBE` (on a pub/sub connection of its
-/// own, dropped afterwards).
-async fn psubscribes(client: &redis::Client) -> RedisResult<bool> {
-    let mut pubsub = client.get_async_pubsub().await?;
-    match pubsub.psubscribe("sprout-bridge:probe").await {
-        Ok(()) => Ok(true),
-        Err(e) if unreachable(&e) => {
-            let mut fresh = client.get_multiplexed_async_connection().await?;
-            let _: String = redis::cmd("PING").query_async(&mut fresh).await?;
-            Ok(false)
-        }
-        Err(_) => Ok(false),
-    }
-}
-
-/// `redis_version` (or Valkey's `valkey_version`, which it also reports as
-/// `redis_version` 7.2.4) from `INFO server`.
-fn version_of(info: &str) -> String {
-    info.lines()
-        .find_map(|l| l.trim_end().strip_prefix("redis_version:"))
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn major(version: &str) -> Option<u32> {
-    version.split('.').next()?.parse().ok()
-}
 
 /// Milliseconds of a `TIME` answer (seconds, microseconds).
 fn time_ms(time: &(i64, i64)) -> i64 {
@@ -581,12 +386,6 @@ pub enum Notifications {
     },
 }
 
-/// Did the command fail for want of a connection (rather than being
-/// refused by Redis)?
-pub fn unreachable(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
-}
-
 /// The needed flags `current` lacks.
 fn missing_flags(current: &str) -> String {
     let all = current.contains('A');
@@ -610,19 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn ttl_readings_are_the_latest_possible_expiry() {
-        assert_eq!(Expiry::from_ttl(-2, 1_000), Expiry::Gone);
-        assert_eq!(Expiry::from_ttl(-1, 1_000), Expiry::Persistent);
-        assert_eq!(Expiry::from_ttl(250, 1_000), Expiry::At(1_250));
-        assert_eq!(Expiry::from_ttl(0, 1_000), Expiry::At(1_000));
+    fn time_answers_are_milliseconds() {
         assert_eq!(time_ms(&(1_700_000_000, 123_999)), 1_700_000_000_123);
-    }
-
-    #[test]
-    fn versions_are_read_from_info() {
-        let info = "# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n";
-        assert_eq!(version_of(info), "6.2.14");
-        assert_eq!(major(&version_of(info)), Some(6));
-        assert_eq!(major(""), None);
     }
 }

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use super::config::{Config, Node};
-use super::redis_side::{Caps, Method, Notifications};
+use super::redis_caps::{Caps, Method};
+use super::redis_side::Notifications;
 
 /// How a node's expiries are read.
 pub fn reading(caps: &Caps) -> &'static str {

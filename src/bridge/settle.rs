@@ -10,9 +10,9 @@ use sprout_protocol::{Command, JobId, Response};
 
 use super::clock::now_ms;
 use super::decide::{self, Claim, Settle};
+use super::expiry::Reading;
 use super::failure::{check, Failure, Result};
 use super::index::KeyEntry;
-use super::redis_side::Reading;
 use super::registry::{Arm, Due, Registry, TIMER_PRI};
 use super::server_side::Session;
 

@@ -16,6 +16,8 @@
 
 use std::io::Write;
 
+use super::keys::KeyRef;
+
 /// One pending expiry, as stored in a timer job.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Timer {
@@ -98,6 +100,13 @@ impl Timer {
         }
         out.push(b'}');
         out
+    }
+}
+
+impl Timer {
+    /// The key this timer is for.
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::new(self.node, &self.key)
     }
 }
 

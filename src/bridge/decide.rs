@@ -17,6 +17,7 @@
 use super::body::Timer;
 use super::expiry::{Expiry, Reading};
 use super::index::{KeyEntry, CANCELLED};
+use super::keys::KeyRef;
 use super::work::Hint;
 
 /// A key gone this close to its deadline counts as expired, not deleted
@@ -202,9 +203,9 @@ pub fn timer_due(at: i64, now_ms: i64, precheck_ms: i64) -> i64 {
     }
 }
 
-/// Is `timer` the timer `cur` names for `key` on `node`?
-pub fn is_timer_of(timer: &Timer, node: u16, key: &[u8], cur: KeyEntry) -> bool {
-    timer.node == node && timer.key == key && timer.expire_at_ms == cur.expire_at_ms
+/// Is `timer` the timer `cur` names for `key`?
+pub fn is_timer_of(timer: &Timer, key: KeyRef<'_>, cur: KeyEntry) -> bool {
+    timer.key_ref() == key && timer.expire_at_ms == cur.expire_at_ms
 }
 
 #[cfg(test)]

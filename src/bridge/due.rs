@@ -40,7 +40,7 @@ pub async fn work(registry: Arc<Registry>, mut timers: Session, mut arms: Sessio
         // One timer per key per call (two timers of one key, a superseded
         // one and its successor, are decided one after the other).
         while !dues.is_empty() {
-            let first = first_occurrences(dues.iter().map(|d| (d.timer.node, &d.timer.key[..])));
+            let first = first_occurrences(dues.iter().map(|d| d.timer.key_ref()));
             let mut i = 0;
             let (now, later): (Vec<Due>, Vec<Due>) = dues.into_iter().partition(|_| {
                 i += 1;

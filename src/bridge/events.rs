@@ -23,6 +23,7 @@ use futures_util::StreamExt;
 
 use super::clock::now_ms;
 use super::config::Node;
+use super::keys::KeyRef;
 use super::punctuality::Punctuality;
 use super::redis_side::{Notifications, Redis};
 use super::report;
@@ -91,7 +92,7 @@ pub async fn run(index: u16, node: Node, mut redis: Redis, patterns: Vec<String>
                     };
                     let event: Vec<u8> = msg.get_payload().unwrap_or_default();
                     if event == b"expired" {
-                        punctuality.expired_event(index, key, now_ms());
+                        punctuality.expired_event(KeyRef::new(index, key), now_ms());
                     }
                     let work = Work {
                         node: index,

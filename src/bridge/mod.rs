@@ -149,6 +149,7 @@ use std::time::Duration;
 pub use clock::now_ms;
 use config::Config;
 use index::Index;
+use keys::KeyName;
 use punctuality::Punctuality;
 use redis_cluster::{RedisCluster, Target};
 use redis_side::Redis;
@@ -205,7 +206,7 @@ pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Resu
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    let mut newest: std::collections::HashMap<(u16, Vec<u8>), index::KeyEntry> =
+    let mut newest: std::collections::HashMap<KeyName, index::KeyEntry> =
         std::collections::HashMap::new();
     for (id, body) in timers {
         let Some(timer) = body::Timer::decode(body) else {
@@ -216,7 +217,7 @@ pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Resu
             timer: *id,
         };
         newest
-            .entry((timer.node, timer.key))
+            .entry(timer.key_ref().to_name())
             .and_modify(|e| {
                 if e.timer < *id {
                     *e = entry;
@@ -225,8 +226,8 @@ pub fn adopt_timers(config: &Config, timers: &[(u64, bytes::Bytes)]) -> io::Resu
             .or_insert(entry);
     }
     let index = Index::open(&config.state_dir)?;
-    for ((node, key), entry) in &newest {
-        index.set(*node, key, *entry);
+    for (key, entry) in &newest {
+        index.set(key.node, &key.bytes, *entry);
     }
     index.flush()?;
     Ok(newest.len())

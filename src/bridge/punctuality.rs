@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use super::keys::{KeyName, KeyRef};
+
 use crate::engine::quantile;
 
 /// Upper bounds of the buckets in µs (+Inf implied): from a millisecond,
@@ -88,18 +90,17 @@ struct State {
     deliveries: Waiting,
 }
 
-type Waiting = HashMap<(u16, Vec<u8>), i64>;
+type Waiting = HashMap<KeyName, i64>;
 
 impl Punctuality {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Redis's `expired` event of `key` on `node` reached the bridge at
-    /// `at_ms`.
-    pub fn expired_event(&self, node: u16, key: &[u8], at_ms: i64) {
+    /// Redis's `expired` event of `key` reached the bridge at `at_ms`.
+    pub fn expired_event(&self, key: KeyRef<'_>, at_ms: i64) {
         let mut state = self.lock();
-        let id = (node, key.to_vec());
+        let id = key.to_name();
         match state.deliveries.remove(&id) {
             Some(put_ms) if at_ms - put_ms <= MATCH_MS => state.event_to_delivery.observe(0),
             _ => wait(&mut state.events, id, at_ms),
@@ -107,11 +108,11 @@ impl Punctuality {
     }
 
     /// Deliveries fired at `fired_ms` (their bodies' `fired_at_ms`) and
-    /// put by `put_ms`: each `(node, key, expire_at_ms)`. `events`: whether
+    /// put by `put_ms`: each `(key, expire_at_ms)`. `events`: whether
     /// Redis's events are followed (else none will come to match).
     pub fn delivered<'k>(
         &self,
-        deliveries: impl IntoIterator<Item = (u16, &'k [u8], i64)>,
+        deliveries: impl IntoIterator<Item = (KeyRef<'k>, i64)>,
         fired_ms: i64,
         put_ms: i64,
         events: bool,
@@ -122,11 +123,11 @@ impl Punctuality {
         if state.recent[at].0 != slot {
             state.recent[at] = (slot, Counts::default());
         }
-        for (node, key, expire_at_ms) in deliveries {
+        for (key, expire_at_ms) in deliveries {
             let late = micros(fired_ms - expire_at_ms);
             state.lateness.observe(late);
             state.recent[at].1.observe(late);
-            let id = (node, key.to_vec());
+            let id = key.to_name();
             match state.events.remove(&id) {
                 Some(event_ms) if put_ms - event_ms <= MATCH_MS => {
                     state.event_to_delivery.observe(micros(put_ms - event_ms));
@@ -166,7 +167,7 @@ fn micros(ms: i64) -> u64 {
 /// nothing matches), it starts over instead: a scan of the whole map on
 /// every newcomer would cost the bridge more than the figure is worth;
 /// this way a scan comes at most once per `WAITING_MAX / 2` newcomers.
-fn wait(waiting: &mut Waiting, id: (u16, Vec<u8>), at_ms: i64) {
+fn wait(waiting: &mut Waiting, id: KeyName, at_ms: i64) {
     if waiting.len() >= WAITING_MAX {
         waiting.retain(|_, &mut t| at_ms - t <= MATCH_MS);
         if waiting.len() >= WAITING_MAX / 2 {
@@ -182,10 +183,18 @@ mod tests {
 
     const T: i64 = 1_700_000_000_000;
 
+    fn key(node: u16, bytes: &[u8]) -> KeyRef<'_> {
+        KeyRef::new(node, bytes)
+    }
+
     #[test]
     fn lateness_lands_in_the_ms_buckets() {
         let p = Punctuality::default();
-        let keys: [(u16, &[u8], i64); 3] = [(0, b"a", T - 3), (0, b"b", T), (0, b"c", T + 5)];
+        let keys = [
+            (key(0, b"a"), T - 3),
+            (key(0, b"b"), T),
+            (key(0, b"c"), T + 5),
+        ];
         p.delivered(keys, T, T + 1, false);
         let f = p.figures(T);
         assert_eq!(f.lateness.count, 3);
@@ -201,14 +210,14 @@ mod tests {
     fn events_and_deliveries_match_in_either_order() {
         let p = Punctuality::default();
         // The event first: 7 ms to the put.
-        p.expired_event(0, b"a", T);
-        p.delivered([(0, &b"a"[..], T)], T + 2, T + 7, true);
+        p.expired_event(key(0, b"a"), T);
+        p.delivered([(key(0, b"a"), T)], T + 2, T + 7, true);
         // The delivery first: 0.
-        p.delivered([(1, &b"a"[..], T)], T, T + 1, true);
-        p.expired_event(1, b"a", T + 3);
+        p.delivered([(key(1, b"a"), T)], T, T + 1, true);
+        p.expired_event(key(1, b"a"), T + 3);
         // Too far apart to be the same expiry: not matched.
-        p.expired_event(0, b"b", T);
-        p.delivered([(0, &b"b"[..], T)], T, T + MATCH_MS + 1, true);
+        p.expired_event(key(0, b"b"), T);
+        p.delivered([(key(0, b"b"), T)], T, T + MATCH_MS + 1, true);
         let f = p.figures(T);
         assert_eq!(f.event_to_delivery.count, 2);
         assert_eq!(f.event_to_delivery.sum_micros, 7_000);
@@ -221,27 +230,27 @@ mod tests {
         let mut waiting = Waiting::default();
         // Fresh and unmatched: the list fills, then starts over.
         for i in 0..WAITING_MAX {
-            wait(&mut waiting, (0, i.to_le_bytes().to_vec()), T);
+            wait(&mut waiting, key(0, &i.to_le_bytes()).to_name(), T);
         }
         assert_eq!(waiting.len(), WAITING_MAX);
-        wait(&mut waiting, (0, b"next".to_vec()), T);
+        wait(&mut waiting, key(0, b"next").to_name(), T);
         assert_eq!(waiting.len(), 1);
         // Mostly stale: the stale go, the fresh stay.
         let mut waiting = Waiting::default();
         for i in 0..WAITING_MAX {
             let at = if i < 10 { T + MATCH_MS } else { T };
-            wait(&mut waiting, (0, i.to_le_bytes().to_vec()), at);
+            wait(&mut waiting, key(0, &i.to_le_bytes()).to_name(), at);
         }
-        wait(&mut waiting, (0, b"next".to_vec()), T + MATCH_MS + 1);
+        wait(&mut waiting, key(0, b"next").to_name(), T + MATCH_MS + 1);
         assert_eq!(waiting.len(), 11);
     }
 
     #[test]
     fn the_window_forgets_old_slots() {
         let p = Punctuality::default();
-        p.delivered([(0, &b"a"[..], T - 40)], T, T, false);
+        p.delivered([(key(0, b"a"), T - 40)], T, T, false);
         let later = T + WINDOW_MS;
-        p.delivered([(0, &b"b"[..], later - 1)], later, later, false);
+        p.delivered([(key(0, b"b"), later - 1)], later, later, false);
         let f = p.figures(later);
         assert_eq!(f.lateness.count, 2);
         assert_eq!(f.recent_lateness.count, 1);

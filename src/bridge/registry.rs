@@ -54,7 +54,7 @@ use super::decide::{self, Sync};
 use super::expiry::{Expiry, Reading};
 use super::failure::Result;
 use super::index::{Index, KeyEntry};
-use super::keys::key_hash;
+use super::keys::{key_hash, KeyRef};
 use super::punctuality::Punctuality;
 use super::redis_cluster::Target;
 use super::server_side::{Flavour, Session};
@@ -70,8 +70,26 @@ pub(super) const TIMER_PRI: u32 = 0;
 /// share a stripe.
 const LOCK_STRIPES: usize = 1024;
 
-/// A timer to put: node, key, expiry, and the entry it replaces.
-pub(super) type Arm<'a> = (u16, &'a [u8], i64, Option<KeyEntry>);
+/// A timer to put for `key`, due `at`, and the entry it replaces.
+pub(super) struct Arm<'k> {
+    pub key: KeyRef<'k>,
+    pub at: i64,
+    pub old: Option<KeyEntry>,
+}
+
+/// A key whose timer `cur` the server should hold: if it does not, a
+/// timer for `at` is armed.
+pub(super) struct Verify<'k> {
+    pub key: KeyRef<'k>,
+    pub at: i64,
+    pub cur: KeyEntry,
+}
+
+/// A key whose timer `cur` is to be dropped.
+pub(super) struct Cancel<'k> {
+    pub key: KeyRef<'k>,
+    pub cur: KeyEntry,
+}
 
 /// A reserved timer job.
 pub struct Due {
@@ -132,8 +150,8 @@ impl Registry {
 
     /// Locks the stripes of every key in `keys`, in increasing stripe order
     /// (every caller does, so two batches never deadlock).
-    pub(super) async fn lock_all<'a>(&'a self, keys: &[(u16, &[u8])]) -> Vec<MutexGuard<'a, ()>> {
-        let mut stripes: Vec<usize> = keys.iter().map(|&(n, k)| stripe(n, k)).collect();
+    pub(super) async fn lock_all<'a>(&'a self, keys: &[KeyRef<'_>]) -> Vec<MutexGuard<'a, ()>> {
+        let mut stripes: Vec<usize> = keys.iter().map(|&k| stripe(k)).collect();
         stripes.sort_unstable();
         stripes.dedup();
         let mut guards = Vec::with_capacity(stripes.len());
@@ -155,14 +173,14 @@ impl Registry {
 
     /// What Redis says now about each key, one pipelined read per node
     /// (see `redis_side`); in the order of `keys`.
-    pub(super) async fn expiries(&self, keys: &[(u16, &[u8])]) -> Result<Vec<Reading>> {
+    pub(super) async fn expiries(&self, keys: &[KeyRef<'_>]) -> Result<Vec<Reading>> {
         let mut out = vec![Reading::from(Expiry::Gone); keys.len()];
-        let mut nodes: Vec<u16> = keys.iter().map(|k| k.0).collect();
+        let mut nodes: Vec<u16> = keys.iter().map(|k| k.node).collect();
         nodes.sort_unstable();
         nodes.dedup();
         for node in nodes {
-            let at: Vec<usize> = (0..keys.len()).filter(|&i| keys[i].0 == node).collect();
-            let names: Vec<&[u8]> = at.iter().map(|&i| keys[i].1).collect();
+            let at: Vec<usize> = (0..keys.len()).filter(|&i| keys[i].node == node).collect();
+            let names: Vec<&[u8]> = at.iter().map(|&i| keys[i].bytes).collect();
             let got = self.redis(node).expiries(&names).await?;
             for (i, e) in at.into_iter().zip(got) {
                 out[i] = e;
@@ -187,20 +205,20 @@ impl Registry {
         if batch.is_empty() {
             return Ok(());
         }
-        let keys: Vec<(u16, &[u8])> = batch.iter().map(|w| (w.node, w.key.as_slice())).collect();
+        let keys: Vec<KeyRef> = batch.iter().map(|w| w.key_ref()).collect();
         let _guards = self.lock_all(&keys).await;
         let expiries = self.expiries(&keys).await?;
         let now = now_ms();
         let mut arms = Vec::new();
         let mut verifies = Vec::new();
         let mut cancels = Vec::new();
-        for ((w, &(node, key)), expiry) in batch.iter().zip(&keys).zip(expiries) {
-            match decide::sync(w.hint, self.index.get(node, key), expiry, now) {
+        for ((w, &key), expiry) in batch.iter().zip(&keys).zip(expiries) {
+            match decide::sync(w.hint, self.index.get(key.node, key.bytes), expiry, now) {
                 Sync::Keep => {}
-                Sync::Unmark => self.index.remove(node, key),
-                Sync::Arm { at, old } => arms.push((node, key, at, old)),
-                Sync::Verify { at, cur } => verifies.push((node, key, at, cur)),
-                Sync::Cancel(cur) => cancels.push((node, key, cur)),
+                Sync::Unmark => self.index.remove(key.node, key.bytes),
+                Sync::Arm { at, old } => arms.push(Arm { key, at, old }),
+                Sync::Verify { at, cur } => verifies.push(Verify { key, at, cur }),
+                Sync::Cancel(cur) => cancels.push(Cancel { key, cur }),
             }
         }
         self.cancel(session, &cancels).await?;
@@ -210,6 +228,6 @@ impl Registry {
 }
 
 /// The lock stripe of a key (see [`crate::bridge::keys`]).
-fn stripe(node: u16, key: &[u8]) -> usize {
-    key_hash(node, key) as usize % LOCK_STRIPES
+fn stripe(key: KeyRef<'_>) -> usize {
+    key_hash(key) as usize % LOCK_STRIPES
 }

@@ -13,13 +13,23 @@ use super::decide::{self, Claim, Settle};
 use super::expiry::Reading;
 use super::failure::{check, Failure, Result};
 use super::index::KeyEntry;
+use super::keys::KeyRef;
 use super::registry::{Arm, Due, Registry, TIMER_PRI};
 use super::server_side::Session;
 
 /// A delivery to make: the timer's id, the delivery's body, the key.
-type Delivery<'k> = (JobId, Vec<u8>, (u16, &'k [u8]));
+struct Delivery<'k> {
+    timer: JobId,
+    body: Vec<u8>,
+    key: KeyRef<'k>,
+}
+
 /// A key delivered, and the timer that delivered it.
-type Delivered<'k> = ((u16, &'k [u8]), JobId);
+#[derive(Clone, Copy)]
+struct Delivered<'k> {
+    key: KeyRef<'k>,
+    timer: JobId,
+}
 /// What the deliveries step delivered, and (if it failed) why.
 type Outcome<'k> = std::result::Result<Vec<Delivered<'k>>, (Vec<Delivered<'k>>, Failure)>;
 
@@ -34,7 +44,7 @@ struct Plan<'k> {
     /// Timers to delete unfired.
     deletes: Vec<JobId>,
     /// Keys to forget once the server has answered.
-    unindex: Vec<(u16, &'k [u8])>,
+    unindex: Vec<KeyRef<'k>>,
     deliveries: Vec<Delivery<'k>>,
     releases: Vec<Command>,
     /// Successors to put, and the timers they replace (deleted after).
@@ -65,10 +75,7 @@ impl Registry {
         arms: &mut Session,
         dues: &[Due],
     ) -> Result<()> {
-        let keys: Vec<(u16, &[u8])> = dues
-            .iter()
-            .map(|d| (d.timer.node, d.timer.key.as_slice()))
-            .collect();
+        let keys: Vec<KeyRef> = dues.iter().map(|d| d.timer.key_ref()).collect();
         let _guards = self.lock_all(&keys).await;
         let mut plan = Plan::default();
         let asks = self.claim(dues, &mut plan);
@@ -83,8 +90,8 @@ impl Registry {
         if let Some(failure) = failure {
             return Err(failure);
         }
-        for (node, key) in plan.unindex {
-            self.index.remove(node, key);
+        for key in plan.unindex {
+            self.index.remove(key.node, key.bytes);
         }
         self.rearm(timers, arms, &plan.rearms, plan.rearmed).await
     }
@@ -94,16 +101,16 @@ impl Registry {
     fn claim<'d>(&self, dues: &'d [Due], plan: &mut Plan<'d>) -> Vec<Ask<'d>> {
         let mut asks = Vec::new();
         for due in dues {
-            let (node, key) = (due.timer.node, due.timer.key.as_slice());
+            let key = due.timer.key_ref();
             let (id, at) = (due.id, due.timer.expire_at_ms);
-            match decide::claim(self.index.get(node, key), id, at) {
+            match decide::claim(self.index.get(key.node, key.bytes), id, at) {
                 Claim::Delivered | Claim::Superseded => plan.deletes.push(id),
                 Claim::Tombstone => {
                     plan.deletes.push(id);
-                    plan.unindex.push((node, key));
+                    plan.unindex.push(key);
                 }
                 Claim::Adopt { adopted, drop } => {
-                    self.index.set(node, key, adopted);
+                    self.index.set(key.node, key.bytes, adopted);
                     plan.deletes.push(drop);
                     asks.push((due, Some(adopted), false));
                 }
@@ -120,10 +127,10 @@ impl Registry {
     async fn ask_redis(&self, asks: &[Ask<'_>]) -> Result<Vec<Reading>> {
         let asked_ms = now_ms();
         let deletes_key = |d: &Due| self.delete_on_fire && asked_ms >= d.timer.expire_at_ms;
-        let looks: Vec<(u16, &[u8])> = asks
+        let looks: Vec<KeyRef> = asks
             .iter()
             .filter(|(d, _, _)| !deletes_key(d))
-            .map(|(d, _, _)| (d.timer.node, d.timer.key.as_slice()))
+            .map(|(d, _, _)| d.timer.key_ref())
             .collect();
         let mut looked = self.expiries(&looks).await?.into_iter();
         let mut expiries = Vec::with_capacity(asks.len());
@@ -146,15 +153,19 @@ impl Registry {
     fn plan<'d>(&self, asks: &[Ask<'d>], expiries: Vec<Reading>, now: i64, plan: &mut Plan<'d>) {
         for (&(due, current, indexed), expiry) in asks.iter().zip(expiries) {
             let (id, timer) = (due.id, &due.timer);
-            let key = (timer.node, timer.key.as_slice());
+            let key = timer.key_ref();
             match decide::settle(current, expiry, timer.expire_at_ms, now) {
                 Settle::Deliver => {
                     // A timer the index did not name was put just before a
                     // crash: the key was not watched since.
                     let uncertain =
                         !indexed || self.triggers.uncertain(timer.node, timer.expire_at_ms);
-                    plan.deliveries
-                        .push((id, timer.delivery(now, uncertain), key));
+                    let body = timer.delivery(now, uncertain);
+                    plan.deliveries.push(Delivery {
+                        timer: id,
+                        body,
+                        key,
+                    });
                 }
                 Settle::Drop { unindex: known } => {
                     plan.deletes.push(id);
@@ -168,7 +179,11 @@ impl Registry {
                     delay: self.flavour.delay(until_ms, now),
                 }),
                 Settle::Rearm { at } => {
-                    plan.rearms.push((key.0, key.1, at, current));
+                    plan.rearms.push(Arm {
+                        key,
+                        at,
+                        old: current,
+                    });
                     plan.rearmed.push(id);
                 }
             }
@@ -195,8 +210,9 @@ impl Registry {
     /// figures.
     fn record(&self, dues: &[Due], delivered: Vec<Delivered<'_>>, now: i64) {
         self.measure(dues, &delivered, now);
-        for ((node, key), timer) in delivered {
-            self.index.set(node, key, KeyEntry::delivered(now, timer));
+        for Delivered { key, timer } in delivered {
+            let mark = KeyEntry::delivered(now, timer);
+            self.index.set(key.node, key.bytes, mark);
         }
     }
 
@@ -230,7 +246,7 @@ impl Registry {
             dues.iter().map(|d| (d.id, d.timer.expire_at_ms)).collect();
         let measured = delivered
             .iter()
-            .filter_map(|&((node, key), id)| Some((node, key, *expiries.get(&id)?)));
+            .filter_map(|d| Some((d.key, *expiries.get(&d.timer)?)));
         self.punctuality
             .delivered(measured, fired_ms, put_ms, self.events);
     }
@@ -248,14 +264,14 @@ impl Registry {
         let fired = deliveries.len();
         let mut commands = Vec::with_capacity(fired + deletes.len() + releases.len());
         let mut keys = Vec::with_capacity(fired);
-        for (id, body, key) in deliveries {
+        for Delivery { timer, body, key } in deliveries {
             commands.push(Command::Fire {
-                id,
+                id: timer,
                 pri: self.pri,
                 ttr: self.ttr,
                 body: body.into(),
             });
-            keys.push((key, id));
+            keys.push(Delivered { key, timer });
         }
         commands.extend(deletes.into_iter().map(Command::Delete));
         commands.extend(releases);
@@ -304,7 +320,7 @@ impl Registry {
     ) -> Outcome<'k> {
         let mut puts = Vec::with_capacity(deliveries.len());
         let mut delivered = Vec::with_capacity(deliveries.len());
-        for (id, body, key) in deliveries {
+        for Delivery { timer, body, key } in deliveries {
             puts.push(Command::Put {
                 pri: self.pri,
                 delay: Duration::ZERO,
@@ -312,8 +328,8 @@ impl Registry {
                 body: body.into(),
                 tags: None,
             });
-            deletes.push(id);
-            delivered.push((key, id));
+            deletes.push(timer);
+            delivered.push(Delivered { key, timer });
         }
         let put = timers.pipeline(&puts).await.map_err(Failure::from);
         put.and_then(|replies| {

@@ -58,7 +58,7 @@ impl Queue {
 
     /// Queues a key; waits while its worker is full.
     pub async fn push(&self, work: Work) {
-        let h = key_hash(work.node, &work.key);
+        let h = key_hash(work.key_ref());
         let tx = &self.0[h as usize % self.0.len()];
         // The workers run as long as the bridge: a send cannot fail.
         let _ = tx.send(Item::Key(work)).await;
@@ -109,7 +109,7 @@ async fn sync(registry: &Registry, session: &mut Session, batch: Vec<Work>) {
 /// One [`Work`] per key, in first-seen order, hints merged (keys are
 /// borrowed, not copied, to find the repeats).
 fn coalesce(mut batch: Vec<Work>) -> Vec<Work> {
-    let first = first_occurrences(batch.iter().map(|w| (w.node, w.key.as_slice())));
+    let first = first_occurrences(batch.iter().map(Work::key_ref));
     for (i, &f) in first.iter().enumerate() {
         if f != i {
             batch[f].hint = batch[f].hint.merge(batch[i].hint);

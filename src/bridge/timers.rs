@@ -10,13 +10,13 @@ use super::clock::now_ms;
 use super::decide;
 use super::failure::{Failure, Result};
 use super::index::{KeyEntry, CANCELLED};
-use super::registry::{Arm, Registry, TIMER_PRI, TIMER_TTR};
+use super::registry::{Arm, Cancel, Registry, Verify, TIMER_PRI, TIMER_TTR};
 use super::server_side::Session;
 use crate::client;
 
 impl Registry {
-    /// For each `(node, key, at, old)`: puts a timer for `at`, records it,
-    /// then drops `old`'s timer. The puts go out in one pipeline, the
+    /// For each [`Arm`]: puts a timer for `at`, records it, then drops
+    /// `old`'s timer. The puts go out in one pipeline, the
     /// deletes in another, after every new timer is recorded.
     pub(super) async fn arm(&self, session: &mut Session, arms: &[Arm<'_>]) -> Result<()> {
         if arms.is_empty() {
@@ -28,16 +28,16 @@ impl Registry {
         session.conn().await;
         let mut puts = Vec::with_capacity(arms.len());
         let now = now_ms();
-        for &(node, key, at, _) in arms {
+        for &Arm { key, at, .. } in arms {
             let value = if self.with_value {
-                self.redis(node).value(key).await?
+                self.redis(key.node).value(key.bytes).await?
             } else {
                 None
             };
             let timer = Timer {
-                node,
-                db: self.dbs[usize::from(node)],
-                key: key.to_vec(),
+                node: key.node,
+                db: self.dbs[usize::from(key.node)],
+                key: key.bytes.to_vec(),
                 expire_at_ms: at,
                 value,
             };
@@ -56,14 +56,14 @@ impl Registry {
         let replies = session.pipeline(&puts).await?;
         let mut failure = None;
         let mut cleanup = Vec::new();
-        for (&(node, key, at, old), reply) in arms.iter().zip(replies) {
+        for (&Arm { key, at, old }, reply) in arms.iter().zip(replies) {
             match reply {
                 Response::Inserted(id) => {
                     let entry = KeyEntry {
                         expire_at_ms: at,
                         timer: id,
                     };
-                    self.index.set(node, key, entry);
+                    self.index.set(key.node, key.bytes, entry);
                     if let Some(old) = old {
                         cleanup.push(Command::Delete(old.timer));
                     }
@@ -93,57 +93,61 @@ impl Registry {
     /// only that worker delete it: NOT_FOUND, but a `peek` finds it). A
     /// timer that is gone altogether (deleted before a crash the index's
     /// last write did not survive) leaves nothing behind.
-    pub(super) async fn cancel(
-        &self,
-        session: &mut Session,
-        cancels: &[(u16, &[u8], KeyEntry)],
-    ) -> Result<()> {
-        let deletes: Vec<Command> = cancels.iter().map(|c| Command::Delete(c.2.timer)).collect();
+    pub(super) async fn cancel(&self, session: &mut Session, cancels: &[Cancel<'_>]) -> Result<()> {
+        let deletes: Vec<Command> = cancels
+            .iter()
+            .map(|c| Command::Delete(c.cur.timer))
+            .collect();
         let mut held = Vec::new();
-        for (&cancel, reply) in cancels.iter().zip(session.pipeline(&deletes).await?) {
+        for (cancel, reply) in cancels.iter().zip(session.pipeline(&deletes).await?) {
             match reply {
-                Response::Deleted => self.index.remove(cancel.0, cancel.1),
+                Response::Deleted => self.index.remove(cancel.key.node, cancel.key.bytes),
                 Response::NotFound => held.push(cancel),
                 other => return Err(Failure::Server(client::Error::Reply(other))),
             }
         }
-        let peeks: Vec<Command> = held.iter().map(|c| Command::Peek(c.2.timer)).collect();
-        for (&(node, key, cur), reply) in held.iter().zip(session.pipeline(&peeks).await?) {
+        let peeks: Vec<Command> = held.iter().map(|c| Command::Peek(c.cur.timer)).collect();
+        for (&&Cancel { key, cur }, reply) in held.iter().zip(session.pipeline(&peeks).await?) {
             match reply {
                 Response::Found { .. } => {
                     let tombstone = KeyEntry {
                         expire_at_ms: CANCELLED,
                         timer: cur.timer,
                     };
-                    self.index.set(node, key, tombstone);
+                    self.index.set(key.node, key.bytes, tombstone);
                 }
-                Response::NotFound => self.index.remove(node, key),
+                Response::NotFound => self.index.remove(key.node, key.bytes),
                 other => return Err(Failure::Server(client::Error::Reply(other))),
             }
         }
         Ok(())
     }
 
-    /// Of `(node, key, at, cur)`, the keys whose timer `cur` the server no
-    /// longer holds (one pipeline of peeks), as timers to arm for `at`.
+    /// Of `verifies`, the keys whose timer `cur` the server no longer
+    /// holds (one pipeline of peeks), as timers to arm for `at`.
     pub(super) async fn lost_timers<'a>(
         &self,
         session: &mut Session,
-        verifies: &[(u16, &'a [u8], i64, KeyEntry)],
+        verifies: &[Verify<'a>],
     ) -> Result<Vec<Arm<'a>>> {
-        let peeks: Vec<Command> = verifies.iter().map(|v| Command::Peek(v.3.timer)).collect();
+        let peeks: Vec<Command> = verifies
+            .iter()
+            .map(|v| Command::Peek(v.cur.timer))
+            .collect();
         let mut lost = Vec::new();
-        for (&(node, key, at, cur), reply) in verifies.iter().zip(session.pipeline(&peeks).await?) {
+        for (&Verify { key, at, cur }, reply) in
+            verifies.iter().zip(session.pipeline(&peeks).await?)
+        {
             let exists = match reply {
                 Response::Found { body, .. } => {
-                    Timer::decode(&body).is_some_and(|t| decide::is_timer_of(&t, node, key, cur))
+                    Timer::decode(&body).is_some_and(|t| decide::is_timer_of(&t, key, cur))
                 }
                 Response::NotFound => false,
                 other => return Err(Failure::Server(client::Error::Reply(other))),
             };
             if !exists {
-                tracing::info!(key = %String::from_utf8_lossy(key), "timer lost by the server; re-arming");
-                lost.push((node, key, at, None));
+                tracing::info!(key = %key.lossy(), "timer lost by the server; re-arming");
+                lost.push(Arm { key, at, old: None });
             }
         }
         Ok(lost)

@@ -1,6 +1,8 @@
 //! One key to sync, and why: what events and SCAN hand the sync queue,
 //! and what [`crate::bridge::registry`] decides from.
 
+use super::keys::KeyRef;
+
 /// What the sync of a key is told about why it runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Hint {
@@ -49,4 +51,10 @@ pub struct Work {
     pub node: u16,
     pub key: Vec<u8>,
     pub hint: Hint,
+}
+
+impl Work {
+    pub fn key_ref(&self) -> KeyRef<'_> {
+        KeyRef::new(self.node, &self.key)
+    }
 }

@@ -210,8 +210,12 @@ fn timers_match_by_node_key_and_expiry() {
         expire_at_ms: NOW,
         value: None,
     };
-    assert!(is_timer_of(&timer, 1, b"k", entry(NOW, 3)));
-    assert!(!is_timer_of(&timer, 0, b"k", entry(NOW, 3)));
-    assert!(!is_timer_of(&timer, 1, b"j", entry(NOW, 3)));
-    assert!(!is_timer_of(&timer, 1, b"k", entry(NOW + 1, 3)));
+    assert!(is_timer_of(&timer, KeyRef::new(1, b"k"), entry(NOW, 3)));
+    assert!(!is_timer_of(&timer, KeyRef::new(0, b"k"), entry(NOW, 3)));
+    assert!(!is_timer_of(&timer, KeyRef::new(1, b"j"), entry(NOW, 3)));
+    assert!(!is_timer_of(
+        &timer,
+        KeyRef::new(1, b"k"),
+        entry(NOW + 1, 3)
+    ));
 }

@@ -110,6 +110,19 @@ impl Timer {
     }
 }
 
+/// The field a delivery's firing moment follows: everything before its
+/// digits depends on the timer alone.
+const FIRED_AT: &[u8] = b"\"fired_at_ms\":";
+
+/// A delivery's bytes up to its firing moment's digits (the head of
+/// [`Timer::delivery_parts`]); `None` if `delivery` has no such field.
+pub fn delivery_head(delivery: &[u8]) -> Option<&[u8]> {
+    let at = delivery
+        .windows(FIRED_AT.len())
+        .position(|w| w == FIRED_AT)?;
+    Some(&delivery[..at + FIRED_AT.len()])
+}
+
 /// Whether `delivery` (a delivery job's body) is `timer`'s: the same db,
 /// `expire_at_ms` and key, whenever it fired and however it is marked.
 /// A new cluster leader uses it to tell a timer the old leader's bridge
@@ -130,11 +143,12 @@ impl Timer {
     /// Its delivery's bytes before the firing moment, and the key's field
     /// after it: what [`delivers`] compares.
     pub fn delivery_parts(&self) -> (Vec<u8>, Vec<u8>) {
-        let head = format!(
-            "{{\"db\":{},\"expire_at_ms\":{},\"fired_at_ms\":",
+        let mut head = format!(
+            "{{\"db\":{},\"expire_at_ms\":{},",
             self.db, self.expire_at_ms
         )
         .into_bytes();
+        head.extend_from_slice(FIRED_AT);
         let mut key = b",\"key\":".to_vec();
         json_string(&mut key, &self.key);
         (head, key)
@@ -227,6 +241,19 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_deliverys_head_ends_at_its_firing_moment() {
+        for t in [timer(None), timer(Some(b"v"))] {
+            let (head, _) = t.delivery_parts();
+            for uncertain in [false, true] {
+                let delivery = t.delivery(1_700_000_000_999, uncertain);
+                assert_eq!(delivery_head(&delivery), Some(&head[..]));
+            }
+        }
+        assert_eq!(delivery_head(b"{\"db\":0}"), None);
+        assert_eq!(delivery_head(b""), None);
     }
 
     #[test]

@@ -177,15 +177,14 @@ pub fn fired_already(timers: &[(u64, bytes::Bytes)], deliveries: &[bytes::Bytes]
         return fired;
     }
     for delivery in deliveries {
-        // The head ends at the firing moment's digits.
-        let Some(end) = delivery.windows(14).position(|w| w == b"\"fired_at_ms\":") else {
+        let Some(head) = body::delivery_head(delivery) else {
             continue;
         };
-        let Some(candidates) = by_head.get(&delivery[..end + 14]) else {
+        let Some(candidates) = by_head.get(head) else {
             continue;
         };
         for (id, key) in candidates {
-            if body::delivers(delivery, &delivery[..end + 14], key) && !fired.contains(id) {
+            if body::delivers(delivery, head, key) && !fired.contains(id) {
                 fired.push(*id);
             }
         }

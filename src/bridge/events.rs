@@ -17,10 +17,10 @@
 //! after the first subscription (reconciliation waits for it).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 
+use super::backoff::Backoff;
 use super::clock::now_ms;
 use super::config::Node;
 use super::keys::KeyRef;
@@ -30,9 +30,6 @@ use super::report;
 use super::sync::Queue;
 use super::triggers::Triggers;
 use super::work::{Hint, Work};
-
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 /// Where node `index`'s events go: the sync queue, the triggers, the
 /// punctuality figures.
@@ -51,7 +48,7 @@ pub async fn run(index: u16, node: Node, mut redis: Redis, patterns: Vec<String>
         punctuality,
     } = sinks;
     let prefix = format!("__keyspace@{}__:", node.db());
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::redis();
     let mut first = true;
     let mut switches = redis.switches();
     let mut said = Notifications::On;
@@ -75,7 +72,7 @@ pub async fn run(index: u16, node: Node, mut redis: Redis, patterns: Vec<String>
                 }
                 first = false;
                 triggers.subscribed(index);
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 let mut messages = pubsub.into_on_message();
                 loop {
                     let msg = tokio::select! {
@@ -108,8 +105,7 @@ pub async fn run(index: u16, node: Node, mut redis: Redis, patterns: Vec<String>
                 tracing::warn!(node = %node.url, error = %e, "cannot subscribe to keyspace events")
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        backoff.wait().await;
     }
 }
 

@@ -109,6 +109,7 @@
 //! else `PTTL` bracketed by two clock readings, see `redis_side`), and
 //! decisions compare expiries within the reading's error (`decide`).
 
+mod backoff;
 mod body;
 mod clock;
 pub mod config;
@@ -146,6 +147,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backoff::Backoff;
 pub use clock::now_ms;
 use config::Config;
 use index::Index;
@@ -375,7 +377,7 @@ async fn start(
 
 /// Finds the cluster of `node` (retrying until a node answers).
 async fn connect_redis_cluster(node: &config::Node, config: &Config) -> RedisCluster {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::redis();
     loop {
         match RedisCluster::discover(node.info.clone(), config.pubsub).await {
             Ok(cluster) => {
@@ -384,8 +386,7 @@ async fn connect_redis_cluster(node: &config::Node, config: &Config) -> RedisClu
             }
             Err(e) => {
                 tracing::warn!(node = %node.url, error = %e, "cannot read the cluster's topology; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }
@@ -510,7 +511,7 @@ async fn detect_flavour(session: &mut Session) -> Flavour {
 /// Connects to `node` (retrying while it cannot be reached) and says what
 /// it is; an error if it refuses what the bridge cannot do without.
 async fn connect_redis(node: &config::Node, config: &Config) -> io::Result<Redis> {
-    let (pubsub, mut backoff) = (config.pubsub, Duration::from_millis(100));
+    let (pubsub, mut backoff) = (config.pubsub, Backoff::redis());
     loop {
         let mut at = None;
         let connected = match &node.sentinel {
@@ -566,8 +567,7 @@ async fn connect_redis(node: &config::Node, config: &Config) -> io::Result<Redis
             }
             Err(e) => {
                 tracing::warn!(node = %node.url, error = %e, "cannot connect to Redis; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }

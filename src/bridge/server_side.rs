@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use sprout_protocol::{Command, Response};
 
+use super::backoff::Backoff;
 use super::conn::ServerConn;
 use super::remote::Remote;
 use super::triggers::Triggers;
@@ -108,8 +109,9 @@ pub struct Session {
     reconnected: Triggers,
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Reconnecting to the job server: quicker than to Redis (every worker
+/// waits on it).
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
 
 impl Session {
     pub fn new(
@@ -138,7 +140,7 @@ impl Session {
     }
 
     async fn reconnect(&mut self) -> ServerConn {
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = BACKOFF;
         let mut lost = false;
         loop {
             match self.open().await {
@@ -153,8 +155,7 @@ impl Session {
                         tracing::warn!(error = %e, "cannot reach the job server; retrying");
                     }
                     lost = true;
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    backoff.wait().await;
                 }
             }
         }

@@ -41,11 +41,18 @@ impl From<redis::RedisError> for Failure {
     }
 }
 
+impl Failure {
+    /// The server answered something the step cannot go on with.
+    pub fn reply(reply: Response) -> Failure {
+        Failure::Server(client::Error::Reply(reply))
+    }
+}
+
 /// Fails with the first answer `ok` refuses.
 pub fn check(replies: Vec<Response>, ok: impl Fn(&Response) -> bool) -> Result<()> {
     match replies.into_iter().find(|r| !ok(r)) {
         None => Ok(()),
-        Some(reply) => Err(Failure::Server(client::Error::Reply(reply))),
+        Some(reply) => Err(Failure::reply(reply)),
     }
 }
 

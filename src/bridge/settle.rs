@@ -299,7 +299,7 @@ impl Registry {
                 ),
             };
             if !ok {
-                failure.get_or_insert(Failure::Server(crate::client::Error::Reply(reply)));
+                failure.get_or_insert(Failure::reply(reply));
             }
         }
         match failure {

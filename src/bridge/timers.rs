@@ -12,7 +12,6 @@ use super::failure::{Failure, Result};
 use super::index::{KeyEntry, CANCELLED};
 use super::registry::{Arm, Cancel, Registry, Verify, TIMER_PRI, TIMER_TTR};
 use super::server_side::Session;
-use crate::client;
 
 impl Registry {
     /// For each [`Arm`]: puts a timer for `at`, records it, then drops
@@ -71,18 +70,16 @@ impl Registry {
                 Response::BuriedId(id) => {
                     // The server could not queue it; a buried timer never fires.
                     cleanup.push(Command::Delete(id));
-                    failure.get_or_insert(Failure::Server(client::Error::Reply(
-                        Response::BuriedId(id),
-                    )));
+                    failure.get_or_insert(Failure::reply(Response::BuriedId(id)));
                 }
                 other => {
-                    failure.get_or_insert(Failure::Server(client::Error::Reply(other)));
+                    failure.get_or_insert(Failure::reply(other));
                 }
             }
         }
         for reply in session.pipeline(&cleanup).await? {
             if !matches!(reply, Response::Deleted | Response::NotFound) {
-                failure.get_or_insert(Failure::Server(client::Error::Reply(reply)));
+                failure.get_or_insert(Failure::reply(reply));
             }
         }
         failure.map_or(Ok(()), Err)
@@ -103,7 +100,7 @@ impl Registry {
             match reply {
                 Response::Deleted => self.index.remove(cancel.key.node, cancel.key.bytes),
                 Response::NotFound => held.push(cancel),
-                other => return Err(Failure::Server(client::Error::Reply(other))),
+                other => return Err(Failure::reply(other)),
             }
         }
         let peeks: Vec<Command> = held.iter().map(|c| Command::Peek(c.cur.timer)).collect();
@@ -117,7 +114,7 @@ impl Registry {
                     self.index.set(key.node, key.bytes, tombstone);
                 }
                 Response::NotFound => self.index.remove(key.node, key.bytes),
-                other => return Err(Failure::Server(client::Error::Reply(other))),
+                other => return Err(Failure::reply(other)),
             }
         }
         Ok(())
@@ -143,7 +140,7 @@ impl Registry {
                     Timer::decode(&body).is_some_and(|t| decide::is_timer_of(&t, key, cur))
                 }
                 Response::NotFound => false,
-                other => return Err(Failure::Server(client::Error::Reply(other))),
+                other => return Err(Failure::reply(other)),
             };
             if !exists {
                 tracing::info!(key = %key.lossy(), "timer lost by the server; re-arming");

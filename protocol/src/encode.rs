@@ -112,40 +112,33 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
             body,
             tags,
         } => {
-            dst.reserve(body.len() + 2);
             arg(dst, (*pri).into());
-            dst.put_u8(b' ');
-            seconds(dst, *delay);
-            arg(dst, ttr.as_secs() + u64::from(ttr.subsec_nanos() > 0));
+            seconds_arg(dst, *delay);
+            ttr_arg(dst, *ttr);
             arg(dst, body.len() as u64);
             if let Some(tags) = tags {
                 put_tags(dst, tags);
             }
-            dst.put_slice(b"\r\n");
-            dst.put_slice(body);
+            line_then_body(dst, body);
         }
         Command::Fire { id, pri, ttr, body } => {
-            dst.reserve(body.len() + 2);
             arg(dst, *id);
             arg(dst, (*pri).into());
-            arg(dst, ttr.as_secs() + u64::from(ttr.subsec_nanos() > 0));
+            ttr_arg(dst, *ttr);
             arg(dst, body.len() as u64);
-            dst.put_slice(b"\r\n");
-            dst.put_slice(body);
+            line_then_body(dst, body);
         }
         Command::Use(tube)
         | Command::Watch(tube)
         | Command::Ignore(tube)
         | Command::StatsTube(tube)
         | Command::FlushTube(tube)
-        | Command::FlushBuried(tube) => {
-            dst.put_u8(b' ');
-            dst.put_slice(tube.as_bytes());
+        | Command::FlushBuried(tube) => word_arg(dst, tube.as_bytes()),
+        Command::PauseTube { tube, delay } => {
+            word_arg(dst, tube.as_bytes());
+            seconds_arg(dst, *delay);
         }
-        Command::ReserveWithTimeout(timeout) => {
-            dst.put_u8(b' ');
-            seconds(dst, *timeout);
-        }
+        Command::ReserveWithTimeout(timeout) => seconds_arg(dst, *timeout),
         Command::ReserveJob(id)
         | Command::Delete(id)
         | Command::Touch(id)
@@ -155,8 +148,7 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         Command::Release { id, pri, delay } => {
             arg(dst, *id);
             arg(dst, (*pri).into());
-            dst.put_u8(b' ');
-            seconds(dst, *delay);
+            seconds_arg(dst, *delay);
         }
         Command::Bury { id, pri } => {
             arg(dst, *id);
@@ -165,27 +157,16 @@ pub fn encode_command(command: &Command, dst: &mut BytesMut) {
         Command::Kick(count) | Command::ReserveBatch(count) => arg(dst, (*count).into()),
         Command::ReserveBatchWait { n, timeout } => {
             arg(dst, (*n).into());
-            dst.put_u8(b' ');
-            seconds(dst, *timeout);
+            seconds_arg(dst, *timeout);
         }
         Command::DeleteBatch(ids) => {
             dst.reserve(ids.len() * 21);
             ids.iter().for_each(|&id| arg(dst, id));
         }
-        Command::StatsGroup(name) => {
-            dst.put_u8(b' ');
-            dst.put_slice(name.as_bytes());
-        }
+        Command::StatsGroup(name) => word_arg(dst, name.as_bytes()),
         Command::Auth(token) => {
             dst.reserve(token.as_bytes().len() + 3);
-            dst.put_u8(b' ');
-            dst.put_slice(token.as_bytes());
-        }
-        Command::PauseTube { tube, delay } => {
-            dst.put_u8(b' ');
-            dst.put_slice(tube.as_bytes());
-            dst.put_u8(b' ');
-            seconds(dst, *delay);
+            word_arg(dst, token.as_bytes());
         }
         Command::Reserve
         | Command::PeekReady
@@ -236,6 +217,32 @@ fn number(dst: &mut BytesMut, n: u64) {
 fn arg(dst: &mut BytesMut, n: u64) {
     dst.put_u8(b' ');
     number(dst, n);
+}
+
+/// A space, then `d` in seconds (see [`seconds`]).
+fn seconds_arg(dst: &mut BytesMut, d: Duration) {
+    dst.put_u8(b' ');
+    seconds(dst, d);
+}
+
+/// A TTR in whole seconds, a fraction rounded up (the protocol has no
+/// fractional TTR; a shorter one would give a worker less time).
+fn ttr_arg(dst: &mut BytesMut, ttr: Duration) {
+    arg(dst, ttr.as_secs() + u64::from(ttr.subsec_nanos() > 0));
+}
+
+/// A space, then `word` (a tube, a group, a token).
+fn word_arg(dst: &mut BytesMut, word: &[u8]) {
+    dst.put_u8(b' ');
+    dst.put_slice(word);
+}
+
+/// The CRLF ending a command's line, then its body (whose own CRLF
+/// ends the command).
+fn line_then_body(dst: &mut BytesMut, body: &[u8]) {
+    dst.reserve(body.len() + 4);
+    dst.put_slice(b"\r\n");
+    dst.put_slice(body);
 }
 
 /// Whole seconds as an integer, anything else as a decimal fraction with

@@ -518,13 +518,36 @@ fn wait_reconciled(dir: &Path, timeout: Duration) {
     });
 }
 
-fn run(a: &Args, dir: &Path) {
-    let n = a.keys;
-    let (redis_proc, url, client) = start_redis();
-    // The same keys, untouched by any bridge: Redis on its own.
-    let (control_proc, control_url, control) = start_redis();
-    let others = [redis_proc.0.id(), control_proc.0.id(), std::process::id()];
+/// CPU seconds of each process whose CPU is reported, in the order of
+/// [`Deployment::pids`].
+type Cpu = [f64; 5];
 
+/// The processes one run measures. Dropped (killed) in field order: the
+/// bridge, the server, then the two Redis servers.
+struct Deployment {
+    _bridge: Option<Proc>,
+    _server: Proc,
+    server_port: u16,
+    _control: Proc,
+    control_url: String,
+    control: redis::Client,
+    _redis: Proc,
+    url: String,
+    client: redis::Client,
+    /// The bridge's log (the server's, embedded).
+    log: PathBuf,
+    /// Whose CPU is reported, in this order: the bridge (embedded: the
+    /// server), the server, the watched Redis, the untouched one, this
+    /// benchmark.
+    pids: [u32; 5],
+}
+
+/// Starts the watched Redis, an untouched copy (Redis on its own, for
+/// comparison), the server and the bridge; returns once the bridge has
+/// reconciled.
+fn deploy(a: &Args, dir: &Path) -> Deployment {
+    let (redis_proc, url, client) = start_redis();
+    let (control_proc, control_url, control) = start_redis();
     let server_port = free_port();
     let log = dir.join("bridge.log");
     let log_file = || std::fs::File::create(&log).expect("log file");
@@ -555,285 +578,423 @@ fn run(a: &Args, dir: &Path) {
     let server_pid = server.0.id();
     let bridge_pid = bridge.as_ref().map_or(server_pid, |b| b.0.id());
     wait_reconciled(dir, Duration::from_secs(30));
-    let rss_before = rss_kib(bridge_pid);
-    // Whose CPU is reported, in this order.
-    let pids = [bridge_pid, server_pid, others[0], others[1], others[2]];
-    let cpu_start = pids.map(cpu_secs);
+    let others = [redis_proc.0.id(), control_proc.0.id(), std::process::id()];
+    Deployment {
+        _bridge: bridge,
+        _server: server,
+        server_port,
+        _control: control_proc,
+        control_url,
+        control,
+        _redis: redis_proc,
+        url,
+        client,
+        log,
+        pids: [bridge_pid, server_pid, others[0], others[1], others[2]],
+    }
+}
 
+/// When each key's expiry arrived, by each way of hearing of it.
+struct Arrived {
+    /// The bridge's jobs, as reserved.
+    bridge: Arc<Arrivals>,
+    /// The `fired_at_ms` in those jobs.
+    fired: Arc<Arrivals>,
+    /// Redis's `expired` events, from the watched Redis and the untouched.
+    redis: Arc<Arrivals>,
+    control: Arc<Arrivals>,
+}
+
+/// What a run measured, besides the arrivals.
+struct Measured {
+    deadlines: Vec<i64>,
+    set_secs: f64,
+    /// When every timer was armed (s after the first SET), if it was.
+    registered: Option<f64>,
+    rss_before: u64,
+    rss_armed: u64,
+    rss_settled: Option<u64>,
+    rss_end: u64,
+    cpu_start: Cpu,
+    cpu_armed: Cpu,
+    /// With `--consume-after`: once every key was delivered.
+    cpu_fired: Option<Cpu>,
+    cpu_end: Cpu,
+    /// Deliveries still queued at the end.
+    behind: u64,
+    /// The server's command counts.
+    cmds: Vec<String>,
+}
+
+fn run(a: &Args, dir: &Path) {
+    let d = deploy(a, dir);
+    let rss_before = rss_kib(d.pids[0]);
+    let cpu_start = d.pids.map(cpu_secs);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    rt.block_on(async {
-        let bridge_arr = Arrivals::new(n);
-        let fired_arr = Arrivals::new(n);
-        let redis_arr = Arrivals::new(n);
-        let control_arr = Arrivals::new(n);
-        let done = Arc::new(AtomicBool::new(false));
-        for (url, arrivals) in [(&url, &redis_arr), (&control_url, &control_arr)] {
-            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-            tokio::spawn(subscriber(url.clone(), arrivals.clone(), ready_tx));
-            ready_rx.await.expect("subscribed");
+    let arrived = Arrived {
+        bridge: Arrivals::new(a.keys),
+        fired: Arrivals::new(a.keys),
+        redis: Arrivals::new(a.keys),
+        control: Arrivals::new(a.keys),
+    };
+    let measured = rt.block_on(measure(a, &d, &arrived, rss_before, cpu_start));
+    print_report(a, &d, &arrived, &measured);
+}
+
+/// The run itself: subscribe to both Redis servers' events, set the keys,
+/// wait for the timers, then for every delivery and event.
+async fn measure(
+    a: &Args,
+    d: &Deployment,
+    arrived: &Arrived,
+    rss_before: u64,
+    cpu_start: Cpu,
+) -> Measured {
+    let n = a.keys;
+    let done = Arc::new(AtomicBool::new(false));
+    for (url, arrivals) in [(&d.url, &arrived.redis), (&d.control_url, &arrived.control)] {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(subscriber(url.clone(), arrivals.clone(), ready_tx));
+        ready_rx.await.expect("subscribed");
+    }
+    let mut workers = match a.consume_after {
+        true => Vec::new(),
+        false => start_workers(a, d.server_port, arrived, &done),
+    };
+    let (deadlines, started, set_secs) = set_all_keys(a, d).await;
+    let last_deadline = deadlines.iter().copied().max().unwrap_or(0);
+    let first_deadline = deadlines.iter().copied().min().unwrap_or(0);
+    let mut stats = Client::connect(("127.0.0.1", d.server_port))
+        .await
+        .expect("connect");
+    // Registration: one timer put per key.
+    let mut registered = None;
+    let (mut rss_armed, mut cpu_armed) = (0, cpu_start);
+    while now_ms() < last_deadline + a.grace_ms {
+        if tube_stat(&mut stats, TIMER_TUBE, "total-jobs").await >= n as u64 {
+            registered = Some(started.elapsed().as_secs_f64());
+            rss_armed = rss_kib(d.pids[0]);
+            cpu_armed = d.pids.map(cpu_secs);
+            break;
         }
-        let start_workers = || -> Vec<_> {
-            (0..a.workers)
-                .map(|me| {
-                    tokio::spawn(worker(
-                        me,
-                        server_port,
-                        a.consumer_batch,
-                        bridge_arr.clone(),
-                        fired_arr.clone(),
-                        done.clone(),
-                    ))
-                })
-                .collect()
-        };
-        let mut workers = match a.consume_after {
-            true => Vec::new(),
-            false => start_workers(),
-        };
-
-        // The keys, pipelined.
-        let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
-        let t0 = now_ms();
-        let spread = (a.max_ttl_ms - a.min_ttl_ms) as u64;
-        let deadlines: Vec<i64> = (0..n)
-            .map(|_| t0 + a.min_ttl_ms + (rng.next_u64() % spread) as i64)
-            .collect();
-        let last_deadline = deadlines.iter().copied().max().unwrap_or(t0);
-        let first_deadline = deadlines.iter().copied().min().unwrap_or(t0);
-        let started = Instant::now();
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        let mut control_conn = control
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis");
-        // The untouched copy is fed alongside, on its own connection, so
-        // the bridged Redis gets its keys as fast as without it.
-        let control_keys = {
-            let deadlines = deadlines.clone();
-            tokio::spawn(async move { set_keys(&mut control_conn, &deadlines).await })
-        };
-        set_keys(&mut conn, &deadlines).await;
-        let set_secs = started.elapsed().as_secs_f64();
-        control_keys.await.expect("the untouched copy's keys");
-
-        // Registration: one timer put per key.
-        let mut stats = Client::connect(("127.0.0.1", server_port))
-            .await
-            .expect("connect");
-        let mut registered = None;
-        let mut rss_armed = 0;
-        let mut cpu_armed = cpu_start;
-        while now_ms() < last_deadline + a.grace_ms {
-            if tube_stat(&mut stats, TIMER_TUBE, "total-jobs").await >= n as u64 {
-                registered = Some(started.elapsed().as_secs_f64());
-                rss_armed = rss_kib(bridge_pid);
-                cpu_armed = pids.map(cpu_secs);
-                break;
-            }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let rss_settled = match registered {
+        Some(_) => settled_rss(d.pids[0], first_deadline).await,
+        None => None,
+    };
+    // `--consume-after`: firing alone, until every key is delivered.
+    let mut cpu_fired = None;
+    if a.consume_after {
+        while now_ms() < last_deadline + a.grace_ms
+            && tube_stat(&mut stats, TUBE, "total-jobs").await < n as u64
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // What the keys cost once the burst of registering them is over
-        // (the bridge hands freed heap back every few seconds), if nothing
-        // fires meanwhile.
-        let settle = Duration::from_secs(SETTLE_SECS);
-        let rss_settled = match registered {
-            Some(_) if now_ms() + settle.as_millis() as i64 + 1_000 < first_deadline => {
-                tokio::time::sleep(settle).await;
-                Some(rss_kib(bridge_pid))
-            }
-            _ => None,
-        };
+        cpu_fired = Some(d.pids.map(cpu_secs));
+        workers = start_workers(a, d.server_port, arrived, &done);
+    }
+    wait_arrivals(a, arrived, last_deadline).await;
+    done.store(true, Ordering::Relaxed);
+    for w in workers {
+        let _ = w.await;
+    }
+    // Deliveries the consumers had not taken by the end: behind, not lost.
+    let behind = tube_stat(&mut stats, TUBE, "current-jobs-ready").await
+        + tube_stat(&mut stats, TUBE, "current-jobs-reserved").await;
+    let rss_end = rss_kib(d.pids[0]);
+    let cmds = command_counts(&mut stats).await;
+    Measured {
+        deadlines,
+        set_secs,
+        registered,
+        rss_before,
+        rss_armed,
+        rss_settled,
+        rss_end,
+        cpu_start,
+        cpu_armed,
+        cpu_fired,
+        cpu_end: d.pids.map(cpu_secs),
+        behind,
+        cmds,
+    }
+}
 
-        // `--consume-after`: firing alone, until every key is delivered.
-        let mut cpu_fired = None;
-        if a.consume_after {
-            while now_ms() < last_deadline + a.grace_ms
-                && tube_stat(&mut stats, TUBE, "total-jobs").await < n as u64
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            cpu_fired = Some(pids.map(cpu_secs));
-            workers = start_workers();
-        }
-        // Deliveries and notifications.
-        while now_ms() < last_deadline + a.grace_ms
-            && [&bridge_arr, &redis_arr, &control_arr]
-                .iter()
-                .any(|arr| arr.count() < n)
-        {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        // A moment for duplicates to show.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        done.store(true, Ordering::Relaxed);
-        for w in workers {
-            let _ = w.await;
-        }
-        // Deliveries the consumers had not taken by the end: behind, not lost.
-        let behind = tube_stat(&mut stats, TUBE, "current-jobs-ready").await
-            + tube_stat(&mut stats, TUBE, "current-jobs-reserved").await;
-        let rss_end = rss_kib(bridge_pid);
-        let server_stats = stats.stats(&Bs::Stats).await.unwrap_or_default();
-        let cmds: Vec<String> = [
-            "cmd-put",
-            "cmd-delete",
-            "cmd-reserve",
-            "cmd-reserve-with-timeout",
-            "cmd-release",
-            "job-timeouts",
-        ]
-        .iter()
-        .map(|c| format!("{c} {}", server_stats.get(*c).map_or("?", String::as_str)))
+/// The consumers of the delivery tube, `a.workers` of them.
+fn start_workers(
+    a: &Args,
+    port: u16,
+    arrived: &Arrived,
+    done: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..a.workers)
+        .map(|me| {
+            tokio::spawn(worker(
+                me,
+                port,
+                a.consumer_batch,
+                arrived.bridge.clone(),
+                arrived.fired.clone(),
+                done.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Sets the keys, pipelined, on both Redis servers at once; returns their
+/// deadlines, when the first SET went out, and how long the watched
+/// Redis took.
+async fn set_all_keys(a: &Args, d: &Deployment) -> (Vec<i64>, Instant, f64) {
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
+    let t0 = now_ms();
+    let spread = (a.max_ttl_ms - a.min_ttl_ms) as u64;
+    let deadlines: Vec<i64> = (0..a.keys)
+        .map(|_| t0 + a.min_ttl_ms + (rng.next_u64() % spread) as i64)
         .collect();
-        let cpu_end = pids.map(cpu_secs);
+    let started = Instant::now();
+    let mut conn = d
+        .client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let mut control_conn = d
+        .control
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    // The untouched copy is fed alongside, on its own connection, so
+    // the bridged Redis gets its keys as fast as without it.
+    let control_keys = {
+        let deadlines = deadlines.clone();
+        tokio::spawn(async move { set_keys(&mut control_conn, &deadlines).await })
+    };
+    set_keys(&mut conn, &deadlines).await;
+    let set_secs = started.elapsed().as_secs_f64();
+    control_keys.await.expect("the untouched copy's keys");
+    (deadlines, started, set_secs)
+}
 
-        let b = report(&bridge_arr, &deadlines);
-        let r = report(&redis_arr, &deadlines);
-        let c = report(&control_arr, &deadlines);
-        let f = report(&fired_arr, &deadlines);
-        let server = match (a.memory, a.embedded) {
-            (true, false) => "in memory",
-            (false, false) => "-b",
-            (true, true) => "in memory, bridge embedded",
-            (false, true) => "-b, bridge embedded",
-        };
-        // Embedded, the bridge's process is the server's.
-        let whose = if a.embedded {
-            "sprout + bridge"
+/// What the keys cost once the burst of registering them is over (the
+/// bridge hands freed heap back every few seconds), if nothing fires
+/// meanwhile: `None` if the first deadline is too close.
+async fn settled_rss(pid: u32, first_deadline: i64) -> Option<u64> {
+    let settle = Duration::from_secs(SETTLE_SECS);
+    if now_ms() + settle.as_millis() as i64 + 1_000 >= first_deadline {
+        return None;
+    }
+    tokio::time::sleep(settle).await;
+    Some(rss_kib(pid))
+}
+
+/// Waits for every delivery and event (or the grace period after the last
+/// deadline), then a moment for duplicates to show.
+async fn wait_arrivals(a: &Args, arrived: &Arrived, last_deadline: i64) {
+    while now_ms() < last_deadline + a.grace_ms
+        && [&arrived.bridge, &arrived.redis, &arrived.control]
+            .iter()
+            .any(|arr| arr.count() < a.keys)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+/// The server's counts of the commands the bridge and consumers use.
+async fn command_counts(stats: &mut Client<tokio::net::TcpStream>) -> Vec<String> {
+    let server_stats = stats.stats(&Bs::Stats).await.unwrap_or_default();
+    [
+        "cmd-put",
+        "cmd-delete",
+        "cmd-reserve",
+        "cmd-reserve-with-timeout",
+        "cmd-release",
+        "job-timeouts",
+    ]
+    .iter()
+    .map(|c| format!("{c} {}", server_stats.get(*c).map_or("?", String::as_str)))
+    .collect()
+}
+
+/// Prints what a run measured.
+fn print_report(a: &Args, d: &Deployment, arrived: &Arrived, m: &Measured) {
+    print_setup(a, m);
+    print_memory(a, m);
+    print_cpu(a, m);
+    println!("  server commands: {}", m.cmds.join(", "));
+    print_lateness(arrived, m);
+    print_duplicates(arrived, d);
+}
+
+/// What was run, and how fast the keys were set and armed.
+fn print_setup(a: &Args, m: &Measured) {
+    let n = a.keys;
+    let server = match (a.memory, a.embedded) {
+        (true, false) => "in memory",
+        (false, false) => "-b",
+        (true, true) => "in memory, bridge embedded",
+        (false, true) => "-b, bridge embedded",
+    };
+    println!(
+        "bridge benchmark: {n} keys, deadlines {}..{} s, sprout {server}, \
+         {} workers taking {} at a time{}",
+        a.min_ttl_ms as f64 / 1e3,
+        a.max_ttl_ms as f64 / 1e3,
+        a.workers,
+        a.consumer_batch,
+        match a.consume_after {
+            true => ", started once every key is delivered",
+            false => "",
+        }
+    );
+    println!(
+        "  SET pipeline: {:.2} s ({:.0} keys/s)",
+        m.set_secs,
+        n as f64 / m.set_secs
+    );
+    match m.registered {
+        Some(s) => println!(
+            "  registered: all {n} timers armed after {s:.2} s = {:.0} keys/s",
+            n as f64 / s
+        ),
+        None => println!("  registered: NOT all timers armed before the end"),
+    }
+}
+
+/// The bridge's RSS before, armed, settled and at the end.
+fn print_memory(a: &Args, m: &Measured) {
+    // Embedded, the bridge's process is the server's.
+    let whose = if a.embedded {
+        "sprout + bridge"
+    } else {
+        "bridge"
+    };
+    let per_key = |rss: u64| (rss.saturating_sub(m.rss_before) * 1024) as f64 / a.keys as f64;
+    let settled = match m.rss_settled {
+        Some(rss) => format!(
+            "{} MiB {SETTLE_SECS} s later ({:.0} bytes/key)",
+            rss / 1024,
+            per_key(rss)
+        ),
+        None => "not settled before the first deadline".to_string(),
+    };
+    println!(
+        "  {whose} RSS: {} MiB before, {} MiB armed ({:.0} bytes/key), {settled}, {} MiB at the end",
+        m.rss_before / 1024,
+        m.rss_armed / 1024,
+        per_key(m.rss_armed),
+        m.rss_end / 1024
+    );
+}
+
+/// CPU seconds of each process in each phase, and per expiry while firing.
+fn print_cpu(a: &Args, m: &Measured) {
+    // Embedded, the bridge's process is the server's: one figure.
+    let cpu_line = |what: &str, from: &Cpu, to: &Cpu| {
+        let d: Vec<f64> = to.iter().zip(from).map(|(t, f)| t - f).collect();
+        let ours = if a.embedded {
+            format!("sprout + bridge {:.1}", d[1])
         } else {
-            "bridge"
+            format!("bridge {:.1}, sprout {:.1}", d[0], d[1])
         };
         println!(
-            "bridge benchmark: {n} keys, deadlines {}..{} s, sprout {server}, \
-             {} workers taking {} at a time{}",
-            a.min_ttl_ms as f64 / 1e3,
-            a.max_ttl_ms as f64 / 1e3,
-            a.workers,
-            a.consumer_batch,
-            match a.consume_after {
-                true => ", started once every key is delivered",
-                false => "",
-            }
-        );
-        println!(
-            "  SET pipeline: {:.2} s ({:.0} keys/s)",
-            set_secs,
-            n as f64 / set_secs
-        );
-        match registered {
-            Some(s) => println!(
-                "  registered: all {n} timers armed after {s:.2} s = {:.0} keys/s",
-                n as f64 / s
-            ),
-            None => println!("  registered: NOT all timers armed before the end"),
-        }
-        let per_key = |rss: u64| (rss.saturating_sub(rss_before) * 1024) as f64 / n as f64;
-        let settled = match rss_settled {
-            Some(rss) => format!(
-                "{} MiB {SETTLE_SECS} s later ({:.0} bytes/key)",
-                rss / 1024,
-                per_key(rss)
-            ),
-            None => "not settled before the first deadline".to_string(),
-        };
-        println!(
-            "  {whose} RSS: {} MiB before, {} MiB armed ({:.0} bytes/key), {settled}, {} MiB at the end",
-            rss_before / 1024,
-            rss_armed / 1024,
-            per_key(rss_armed),
-            rss_end / 1024
-        );
-        // Embedded, the bridge's process is the server's: one figure.
-        let cpu_line = |what: &str, from: &[f64; 5], to: &[f64; 5]| {
-            let d: Vec<f64> = to.iter().zip(from).map(|(t, f)| t - f).collect();
-            let ours = if a.embedded {
-                format!("sprout + bridge {:.1}", d[1])
-            } else {
-                format!("bridge {:.1}, sprout {:.1}", d[0], d[1])
-            };
-            println!(
-                "  CPU s {what:<16} {ours}, watched redis {:.1}, untouched redis {:.1}, \
-                 this benchmark {:.1}",
-                d[2], d[3], d[4]
-            );
-        };
-        cpu_line("while arming:", &cpu_start, &cpu_armed);
-        let fired_end = match cpu_fired {
-            Some(fired) => {
-                cpu_line("firing alone:", &cpu_armed, &fired);
-                cpu_line("consuming after:", &fired, &cpu_end);
-                fired
-            }
-            None => {
-                cpu_line("after:", &cpu_armed, &cpu_end);
-                cpu_end
-            }
-        };
-        // Per expiry, while firing: the issue's figure (bridge + server).
-        let us = |i: usize| (fired_end[i] - cpu_armed[i]) * 1e6 / n as f64;
-        let ours = match a.embedded {
-            true => format!("sprout + bridge {:.1}", us(1)),
-            false => format!(
-                "bridge {:.1} + sprout {:.1} = {:.1}",
-                us(0),
-                us(1),
-                us(0) + us(1)
-            ),
-        };
-        println!(
-            "  CPU µs/expiry firing:   {ours}; watched redis {:.1}, untouched redis {:.1}, \
+            "  CPU s {what:<16} {ours}, watched redis {:.1}, untouched redis {:.1}, \
              this benchmark {:.1}",
-            us(2),
-            us(3),
-            us(4)
+            d[2], d[3], d[4]
         );
-        println!("  server commands: {}", cmds.join(", "));
-        println!("  lateness (ms)            p50     p99     max    lost   early  dupes");
-        let rows = [
-            ("bridge job (reserved)", &b, &bridge_arr),
-            ("  its fired_at_ms", &f, &fired_arr),
-            ("redis `expired` event", &r, &redis_arr),
-            ("  untouched redis", &c, &control_arr),
-        ];
-        for (name, r, arr) in rows {
-            println!(
-                "  {name:<22} {:>6}  {:>6}  {:>6}  {:>6}  {:>6}  {:>5}",
-                r.p50,
-                r.p99,
-                r.max,
-                r.lost,
-                r.early,
-                arr.duplicates.load(Ordering::Relaxed)
-            );
+    };
+    cpu_line("while arming:", &m.cpu_start, &m.cpu_armed);
+    let fired_end = match m.cpu_fired {
+        Some(fired) => {
+            cpu_line("firing alone:", &m.cpu_armed, &fired);
+            cpu_line("consuming after:", &fired, &m.cpu_end);
+            fired
         }
-        if behind > 0 {
-            println!(
-                "  of the bridge's lost: {behind} deliveries still queued in its tube at the \
-                 end (the consumers fell behind), {} not delivered by then",
-                (b.lost as u64).saturating_sub(behind)
-            );
+        None => {
+            cpu_line("after:", &m.cpu_armed, &m.cpu_end);
+            m.cpu_end
         }
-        let shown = bridge_arr.shown.lock().unwrap();
-        for dup in shown.iter() {
-            println!("  duplicate: {dup}");
+    };
+    // Per expiry, while firing: the issue's figure (bridge + server).
+    let us = |i: usize| (fired_end[i] - m.cpu_armed[i]) * 1e6 / a.keys as f64;
+    let ours = match a.embedded {
+        true => format!("sprout + bridge {:.1}", us(1)),
+        false => format!(
+            "bridge {:.1} + sprout {:.1} = {:.1}",
+            us(0),
+            us(1),
+            us(0) + us(1)
+        ),
+    };
+    println!(
+        "  CPU µs/expiry firing:   {ours}; watched redis {:.1}, untouched redis {:.1}, \
+         this benchmark {:.1}",
+        us(2),
+        us(3),
+        us(4)
+    );
+}
+
+/// Lateness of each way of hearing of an expiry, losses and duplicates.
+fn print_lateness(arrived: &Arrived, m: &Measured) {
+    let b = report(&arrived.bridge, &m.deadlines);
+    println!("  lateness (ms)            p50     p99     max    lost   early  dupes");
+    let rows = [
+        ("bridge job (reserved)", &b, &arrived.bridge),
+        (
+            "  its fired_at_ms",
+            &report(&arrived.fired, &m.deadlines),
+            &arrived.fired,
+        ),
+        (
+            "redis `expired` event",
+            &report(&arrived.redis, &m.deadlines),
+            &arrived.redis,
+        ),
+        (
+            "  untouched redis",
+            &report(&arrived.control, &m.deadlines),
+            &arrived.control,
+        ),
+    ];
+    for (name, r, arr) in rows {
+        println!(
+            "  {name:<22} {:>6}  {:>6}  {:>6}  {:>6}  {:>6}  {:>5}",
+            r.p50,
+            r.p99,
+            r.max,
+            r.lost,
+            r.early,
+            arr.duplicates.load(Ordering::Relaxed)
+        );
+    }
+    if m.behind > 0 {
+        println!(
+            "  of the bridge's lost: {} deliveries still queued in its tube at the \
+             end (the consumers fell behind), {} not delivered by then",
+            m.behind,
+            (b.lost as u64).saturating_sub(m.behind)
+        );
+    }
+}
+
+/// Each duplicate delivery, and then what the bridge logged that was not
+/// routine.
+fn print_duplicates(arrived: &Arrived, d: &Deployment) {
+    let shown = arrived.bridge.shown.lock().unwrap();
+    for dup in shown.iter() {
+        println!("  duplicate: {dup}");
+    }
+    if !shown.is_empty() {
+        let said = std::fs::read_to_string(&d.log).unwrap_or_default();
+        let odd = said.lines().filter(|l| !l.contains(" INFO ")).take(20);
+        for line in odd {
+            println!("  bridge log: {line}");
         }
-        if !shown.is_empty() {
-            // What the bridge said that was not routine.
-            let said = std::fs::read_to_string(&log).unwrap_or_default();
-            let odd = said.lines().filter(|l| !l.contains(" INFO ")).take(20);
-            for line in odd {
-                println!("  bridge log: {line}");
-            }
-        }
-    });
-    drop(bridge);
-    drop(server);
+    }
 }
 
 /// `--recognise`: how soon each kind of deletion cancels N armed timers.

@@ -39,7 +39,7 @@ fn subcommand(words: &[&str]) -> Result<Config, String> {
     let mut argv = vec!["bridge"];
     argv.extend_from_slice(words);
     match parse(&argv).map_err(|e| e.to_string())?.command {
-        Some(super::Mode::Bridge(args)) => Config::from_args(&args),
+        Some(super::Mode::Bridge(args)) => Config::from_args(&args).map_err(|e| e.to_string()),
         other => panic!("not the bridge subcommand: {other:?}"),
     }
 }
@@ -48,6 +48,7 @@ fn subcommand(words: &[&str]) -> Result<Config, String> {
 fn embedded(words: &[&str]) -> Result<Config, String> {
     let args = parse(words).map_err(|e| e.to_string())?;
     Config::from_embedded(&args.bridge, args.binlog_dir.as_deref())
+        .map(|config| config.map_err(|e| e.to_string()))
         .unwrap_or_else(|| Err("no embedded bridge".into()))
 }
 

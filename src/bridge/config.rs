@@ -12,13 +12,42 @@ use std::time::Duration;
 use sprout_protocol::{TubeName, MAX_TUBE_NAME_LEN};
 
 pub use super::flags::{BridgeArgs, BridgeOptions, EmbeddedArgs};
-pub use super::sources::{Front, Kind, Node, Sentinel, Sources};
+pub use super::sources::{Front, Kind, Node, Sentinel, SourceError, Sources};
 
 /// Prefix of the internal tube that holds one delayed timer job per key.
 pub const TIMER_TUBE_PREFIX: &str = "bridge-timers.";
 
 /// A longer lead would look at keys long before they could expire.
 const MAX_PRECHECK_MS: u64 = 3_600_000;
+
+/// Why flags make no configuration; each names the flags as the user
+/// typed them.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The four source flags, as the front end spells them.
+    #[error("give at least one Redis source: {}, {}, {} or {}", .0[0], .0[1], .0[2], .0[3])]
+    NoSource([String; 4]),
+    #[error("give at least one key pattern to match ({0})")]
+    NoPattern(String),
+    #[error("tube name {tube:?} is too long: at most {max} bytes")]
+    TubeTooLong { tube: String, max: usize },
+    #[error("invalid tube name {0:?}")]
+    BadTube(String),
+    #[error("{flag} must be positive, not {value}")]
+    ScanInterval { flag: String, value: f64 },
+    #[error("{flag} is at most {max} (an hour), not {value}", max = MAX_PRECHECK_MS)]
+    Precheck { flag: String, value: u64 },
+    /// The embedded bridge's first source flag given.
+    #[error("{0} needs --bridge-tube")]
+    NeedsTube(String),
+    #[error(
+        "{0} needs -b DIR (or --bridge-state-dir): the bridge's pending expiries must \
+         survive a restart"
+    )]
+    NeedsStateDir(String),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
 
 /// A validated bridge configuration.
 #[derive(Clone, Debug)]
@@ -49,47 +78,42 @@ impl Config {
         state_dir: PathBuf,
         options: &BridgeOptions,
         front: Front,
-    ) -> Result<Config, String> {
+    ) -> Result<Config, ConfigError> {
         let flag = |name| front.flag(name);
         if sources.is_empty() {
-            return Err(format!(
-                "give at least one Redis source: {}, {}, {} or {}",
+            return Err(ConfigError::NoSource([
                 flag("redis"),
                 flag("twemproxy-config"),
                 flag("redis-sentinel"),
-                flag("redis-cluster")
-            ));
+                flag("redis-cluster"),
+            ]));
         }
         if patterns.is_empty() {
-            return Err(format!(
-                "give at least one key pattern to match ({})",
-                flag("match")
-            ));
+            return Err(ConfigError::NoPattern(flag("match")));
         }
         let nodes = sources.nodes(front)?;
         let timer_name = format!("{TIMER_TUBE_PREFIX}{tube}");
         if timer_name.len() > MAX_TUBE_NAME_LEN {
-            return Err(format!(
-                "tube name {tube:?} is too long: at most {} bytes",
-                MAX_TUBE_NAME_LEN - TIMER_TUBE_PREFIX.len()
-            ));
+            return Err(ConfigError::TubeTooLong {
+                tube: tube.to_owned(),
+                max: MAX_TUBE_NAME_LEN - TIMER_TUBE_PREFIX.len(),
+            });
         }
         let valid = |name: &str| {
-            TubeName::new(name.as_bytes()).ok_or_else(|| format!("invalid tube name {name:?}"))
+            TubeName::new(name.as_bytes()).ok_or_else(|| ConfigError::BadTube(name.to_owned()))
         };
         let scan_secs = options.scan_interval;
         if !(scan_secs.is_finite() && scan_secs > 0.0) {
-            return Err(format!(
-                "{} must be positive, not {scan_secs}",
-                flag("scan-interval")
-            ));
+            return Err(ConfigError::ScanInterval {
+                flag: flag("scan-interval"),
+                value: scan_secs,
+            });
         }
         if options.precheck_ms > MAX_PRECHECK_MS {
-            return Err(format!(
-                "{} is at most {MAX_PRECHECK_MS} (an hour), not {}",
-                flag("precheck-ms"),
-                options.precheck_ms
-            ));
+            return Err(ConfigError::Precheck {
+                flag: flag("precheck-ms"),
+                value: options.precheck_ms,
+            });
         }
         Ok(Config {
             nodes,
@@ -108,7 +132,7 @@ impl Config {
     }
 
     /// From `sprout bridge …`.
-    pub fn from_args(args: &BridgeArgs) -> Result<Config, String> {
+    pub fn from_args(args: &BridgeArgs) -> Result<Config, ConfigError> {
         Config::new(
             args.sources(),
             &args.tube,
@@ -126,24 +150,19 @@ impl Config {
     pub fn from_embedded(
         args: &EmbeddedArgs,
         binlog_dir: Option<&Path>,
-    ) -> Option<Result<Config, String>> {
+    ) -> Option<Result<Config, ConfigError>> {
         let sources = args.sources();
         if sources.is_empty() {
             return None;
         }
         let source = sources.first_flag(Front::Embedded);
         let Some(tube) = &args.tube else {
-            return Some(Err(format!("{source} needs --bridge-tube")));
+            return Some(Err(ConfigError::NeedsTube(source)));
         };
         let state_dir = match (&args.state_dir, binlog_dir) {
             (Some(dir), _) => dir.clone(),
             (None, Some(dir)) => dir.join("bridge"),
-            (None, None) => {
-                return Some(Err(format!(
-                    "{source} needs -b DIR (or --bridge-state-dir): the bridge's \
-                     pending expiries must survive a restart"
-                )))
-            }
+            (None, None) => return Some(Err(ConfigError::NeedsStateDir(source))),
         };
         Some(Config::new(
             sources,
@@ -178,7 +197,7 @@ mod tests {
         tube: &str,
         pats: &[String],
         options: &BridgeOptions,
-    ) -> Result<Config, String> {
+    ) -> Result<Config, ConfigError> {
         let sources = Sources {
             redis: urls,
             ..Sources::default()

@@ -52,24 +52,35 @@ pub struct Remote {
     token: Option<Token>,
 }
 
+/// Why the flags of a secured server make no [`Remote`]; each names its
+/// flag.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("--server-tls-*: {0}")]
+    Tls(io::Error),
+    /// What reading `--server-token-file` said.
+    #[error("{0}")]
+    Token(String),
+    #[error("--server-token-file {}: empty", .0.display())]
+    EmptyToken(PathBuf),
+}
+
 impl Remote {
     /// `addr` (HOST:PORT) as `args` say; reads the files now, so a bad one
     /// stops the bridge at start, naming its flag.
-    pub fn new(addr: String, args: &RemoteArgs) -> Result<Remote, String> {
+    pub fn new(addr: String, args: &RemoteArgs) -> Result<Remote, RemoteError> {
         let identity = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
         let tls = match &args.tls_ca {
             None => None,
-            Some(ca) => Some(
-                crate::tls::client_config(ca, identity)
-                    .map_err(|e| format!("--server-tls-*: {e}"))?,
-            ),
+            Some(ca) => Some(crate::tls::client_config(ca, identity).map_err(RemoteError::Tls)?),
         };
         let token = match &args.token_file {
             None => None,
             Some(file) => {
-                let token = crate::http::config::read_token(file, "--server-token-file")?;
+                let token = crate::http::config::read_token(file, "--server-token-file")
+                    .map_err(RemoteError::Token)?;
                 if token.is_empty() {
-                    return Err(format!("--server-token-file {}: empty", file.display()));
+                    return Err(RemoteError::EmptyToken(file.clone()));
                 }
                 Some(Token::new(token))
             }

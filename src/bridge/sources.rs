@@ -3,7 +3,35 @@
 //! a Sentinel master, its [`Sentinel`]s), and the [`Front`] whose flags an
 //! error names.
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::twemproxy::{self, TwemproxyError};
+
+/// Why the sources do not give the nodes to watch; each names the flag as
+/// the user typed it.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("bad Redis URL {url:?}: {error}")]
+    BadUrl {
+        url: String,
+        error: redis::RedisError,
+    },
+    #[error("bad {flag} {url:?}: redis://HOST:PORT[,HOST:PORT]/MASTER_NAME")]
+    BadSentinel { flag: String, url: String },
+    #[error("cannot read {flag} {}: {error}", file.display())]
+    ReadTwemproxy {
+        flag: String,
+        file: PathBuf,
+        error: io::Error,
+    },
+    #[error("{flag} {}: {error}", file.display())]
+    Twemproxy {
+        flag: String,
+        file: PathBuf,
+        error: TwemproxyError,
+    },
+}
 
 /// Where the bridge finds its Redis nodes: the four kinds of source both
 /// front ends take (`--redis`, `--twemproxy-config`, `--redis-sentinel`,
@@ -41,7 +69,7 @@ impl Sources<'_> {
     /// The nodes, in the order timers have always named them by: the
     /// `--redis` URLs, the twemproxy backends, the clusters, the Sentinel
     /// masters.
-    pub(super) fn nodes(&self, front: Front) -> Result<Vec<Node>, String> {
+    pub(super) fn nodes(&self, front: Front) -> Result<Vec<Node>, SourceError> {
         let mut urls: Vec<(String, Kind)> = self
             .redis
             .iter()
@@ -66,7 +94,10 @@ impl Sources<'_> {
                         sentinel: None,
                         kind,
                     })
-                    .map_err(|e| format!("bad Redis URL {url:?}: {e}"))
+                    .map_err(|error| SourceError::BadUrl {
+                        url: url.clone(),
+                        error,
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         for url in self.sentinels {
@@ -148,9 +179,16 @@ pub struct Sentinel {
 
 impl Sentinel {
     /// From `redis://HOST:PORT[,HOST:PORT…]/MASTER_NAME`.
-    pub fn parse(url: &str) -> Result<Sentinel, String> {
-        let bad =
-            || format!("bad --redis-sentinel {url:?}: redis://HOST:PORT[,HOST:PORT]/MASTER_NAME");
+    pub fn parse(url: &str) -> Result<Sentinel, SourceError> {
+        Sentinel::parse_as(url, "--redis-sentinel")
+    }
+
+    /// [`Sentinel::parse`], an error naming the URL's flag as `flag`.
+    fn parse_as(url: &str, flag: &str) -> Result<Sentinel, SourceError> {
+        let bad = || SourceError::BadSentinel {
+            flag: flag.to_owned(),
+            url: url.to_owned(),
+        };
         let rest = url.strip_prefix("redis://").ok_or_else(bad)?;
         let (hosts, master) = rest.split_once('/').ok_or_else(bad)?;
         let sentinels: Vec<String> = hosts.split(',').map(str::to_owned).collect();
@@ -169,11 +207,15 @@ impl Sentinel {
 }
 
 /// The node of a `--redis-sentinel` URL (database 0), given as `flag`.
-fn sentinel_node(url: &str, flag: &str) -> Result<Node, String> {
-    // Sentinel::parse names the subcommand's flag.
-    let sentinel = Sentinel::parse(url).map_err(|e| e.replacen("--redis-sentinel", flag, 1))?;
-    let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/0")
-        .map_err(|e| e.to_string())?;
+fn sentinel_node(url: &str, flag: &str) -> Result<Node, SourceError> {
+    let sentinel = Sentinel::parse_as(url, flag)?;
+    let any = "redis://127.0.0.1/0";
+    let info = redis::IntoConnectionInfo::into_connection_info(any).map_err(|error| {
+        SourceError::BadUrl {
+            url: any.to_owned(),
+            error,
+        }
+    })?;
     Ok(Node {
         url: url.to_owned(),
         info,
@@ -183,8 +225,15 @@ fn sentinel_node(url: &str, flag: &str) -> Result<Node, String> {
 }
 
 /// The backends of the twemproxy configuration in `file`, given as `flag`.
-fn twemproxy_backends(file: &Path, flag: &str) -> Result<Vec<String>, String> {
-    let yaml = std::fs::read_to_string(file)
-        .map_err(|e| format!("cannot read {flag} {}: {e}", file.display()))?;
-    super::twemproxy::backends(&yaml).map_err(|e| format!("{flag} {}: {e}", file.display()))
+fn twemproxy_backends(file: &Path, flag: &str) -> Result<Vec<String>, SourceError> {
+    let yaml = std::fs::read_to_string(file).map_err(|error| SourceError::ReadTwemproxy {
+        flag: flag.to_owned(),
+        file: file.to_owned(),
+        error,
+    })?;
+    twemproxy::backends(&yaml).map_err(|error| SourceError::Twemproxy {
+        flag: flag.to_owned(),
+        file: file.to_owned(),
+        error,
+    })
 }

@@ -16,9 +16,31 @@
 
 use crate::percent;
 
+/// Why a twemproxy configuration gives no backends; a line-numbered
+/// variant names the line (from 1) it could not read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TwemproxyError {
+    #[error("line {0}: expected a pool name, got {1:?}")]
+    PoolName(usize, String),
+    #[error("line {0}: a setting outside any pool")]
+    OutsidePool(usize),
+    #[error("line {0}: a list item outside servers:")]
+    OutsideServers(usize),
+    #[error("line {0}: expected key: value, got {1:?}")]
+    NotKeyValue(usize, String),
+    #[error("line {0}: bad redis_db {1:?}")]
+    BadDb(usize, String),
+    #[error("line {0}: a server is HOST:PORT:WEIGHT, not {1:?} (unix sockets are not supported)")]
+    BadServer(usize, String),
+    #[error("line {0}: bad port in {1:?}")]
+    BadPort(usize, String),
+    #[error("no pool with `redis: true` and servers (pools: {0:?})")]
+    NoRedisPool(Vec<String>),
+}
+
 /// The backends' URLs (`redis://[:AUTH@]HOST:PORT/DB`), in the order of
 /// the file, each once; an error names the line it could not read.
-pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
+pub fn backends(yaml: &str) -> Result<Vec<String>, TwemproxyError> {
     let mut pools: Vec<Pool> = Vec::new();
     let mut in_servers = false;
     for (n, raw) in yaml.lines().enumerate() {
@@ -30,27 +52,24 @@ pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
         let text = line.trim();
         if !indented {
             let Some(name) = text.strip_suffix(':') else {
-                return Err(format!(
-                    "line {}: expected a pool name, got {text:?}",
-                    n + 1
-                ));
+                return Err(TwemproxyError::PoolName(n + 1, text.to_owned()));
             };
             pools.push(Pool::new(name.trim()));
             in_servers = false;
             continue;
         }
         let Some(pool) = pools.last_mut() else {
-            return Err(format!("line {}: a setting outside any pool", n + 1));
+            return Err(TwemproxyError::OutsidePool(n + 1));
         };
         if let Some(item) = text.strip_prefix('-') {
             if !in_servers {
-                return Err(format!("line {}: a list item outside servers:", n + 1));
+                return Err(TwemproxyError::OutsideServers(n + 1));
             }
             pool.servers.push(server_addr(unquote(item.trim()), n + 1)?);
             continue;
         }
         let Some((key, value)) = text.split_once(':') else {
-            return Err(format!("line {}: expected key: value, got {text:?}", n + 1));
+            return Err(TwemproxyError::NotKeyValue(n + 1, text.to_owned()));
         };
         let value = unquote(value.trim());
         in_servers = key == "servers";
@@ -59,7 +78,7 @@ pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
             "redis_db" => {
                 pool.db = value
                     .parse()
-                    .map_err(|_| format!("line {}: bad redis_db {value:?}", n + 1))?
+                    .map_err(|_| TwemproxyError::BadDb(n + 1, value.to_owned()))?
             }
             "redis_auth" => pool.auth = Some(value.to_owned()),
             _ => {}
@@ -80,10 +99,8 @@ pub fn backends(yaml: &str) -> Result<Vec<String>, String> {
         }
     }
     if urls.is_empty() {
-        let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-        return Err(format!(
-            "no pool with `redis: true` and servers (pools: {names:?})"
-        ));
+        let names = pools.into_iter().map(|p| p.name).collect();
+        return Err(TwemproxyError::NoRedisPool(names));
     }
     Ok(urls)
 }
@@ -110,16 +127,14 @@ impl Pool {
 
 /// `HOST:PORT` of a `HOST:PORT:WEIGHT [NAME]` item. A unix socket path
 /// (`/path:WEIGHT`) is refused: the bridge takes TCP URLs.
-fn server_addr(item: &str, line: usize) -> Result<String, String> {
+fn server_addr(item: &str, line: usize) -> Result<String, TwemproxyError> {
     let spec = item.split_whitespace().next().unwrap_or_default();
     let mut parts = spec.rsplitn(3, ':');
     let (Some(_weight), Some(port), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(format!(
-            "line {line}: a server is HOST:PORT:WEIGHT, not {spec:?} (unix sockets are not supported)"
-        ));
+        return Err(TwemproxyError::BadServer(line, spec.to_owned()));
     };
     if port.parse::<u16>().is_err() {
-        return Err(format!("line {line}: bad port in {spec:?}"));
+        return Err(TwemproxyError::BadPort(line, spec.to_owned()));
     }
     Ok(format!("{host}:{port}"))
 }
@@ -185,14 +200,20 @@ gamma:
 
     #[test]
     fn what_cannot_be_watched_is_refused_with_its_line() {
-        assert!(backends("gamma:\n  servers:\n   - 127.0.0.1:11212:1\n")
-            .unwrap_err()
-            .contains("redis: true"));
+        let no_redis = backends("gamma:\n  servers:\n   - 127.0.0.1:11212:1\n").unwrap_err();
+        assert_eq!(no_redis, TwemproxyError::NoRedisPool(vec!["gamma".into()]));
+        assert!(no_redis.to_string().contains("redis: true"));
         let unix = "a:\n  redis: true\n  servers:\n   - /tmp/redis.sock:1\n";
-        assert!(backends(unix).unwrap_err().starts_with("line 4"));
-        assert!(backends("  redis: true\n")
-            .unwrap_err()
-            .starts_with("line 1"));
-        assert!(backends("a:\n   - 1.2.3.4:1:1\n").is_err());
+        let e = backends(unix).unwrap_err();
+        assert_eq!(e, TwemproxyError::BadServer(4, "/tmp/redis.sock:1".into()));
+        assert!(e.to_string().starts_with("line 4"));
+        assert_eq!(
+            backends("  redis: true\n").unwrap_err(),
+            TwemproxyError::OutsidePool(1)
+        );
+        assert_eq!(
+            backends("a:\n   - 1.2.3.4:1:1\n").unwrap_err(),
+            TwemproxyError::OutsideServers(2)
+        );
     }
 }

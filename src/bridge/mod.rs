@@ -11,37 +11,42 @@
 //! How, module by module, bottom up (every import points down the list):
 //! * Leaves, the shared vocabulary: [`config`] (the flags of `flags`,
 //!   validated once; the Redis nodes of `sources`, where `twemproxy`
-//!   reads a proxy's backends from its YAML),
-//!   `clock` (the one clock read), `keys` (the key hash of workers and
-//!   lock stripes, repeats in a batch), `work` (a key to sync and the
+//!   reads a proxy's backends from its YAML), `clock` (the one clock
+//!   read), `keys` (a key as `KeyRef`/`KeyName`; the key hash of workers
+//!   and lock stripes, repeats in a batch), `work` (a key to sync and the
 //!   `Hint` of why), `gaps` (when a deletion could have gone unseen),
 //!   `triggers` (asking for an early reconciliation; it keeps the gaps),
-//!   `body` (the timer and delivery job bodies), `index`
-//!   (the small durable index, a map in memory logged under
-//!   `--state-dir`: key → (expiry, current timer id)), [`punctuality`]
-//!   (each delivery's lateness and distance to Redis's `expired` event,
-//!   for `/metrics` and the dashboard); `sprout bridge`'s own process
-//!   tunes glibc's allocator ([`crate::malloc`]).
-//! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`), the two connections and
-//!   their quirks (`redis_caps` finds out at connect what each node can
-//!   do, `expiry` is what a reading says; [`remote`], TLS and a token for a secured server); `failure`
-//!   (why a step failed, and the retry); `sentinel` (where
-//!   a Sentinel master is now, and following it); `redis_cluster` (a
-//!   Redis Cluster as one node: its topology, each key read at its
-//!   slot's master, and `redis_cluster::Target`, what the registry reads
-//!   keys from; `src/cluster/` is sprout's own NATS cluster, unrelated).
+//!   `body` (writing and reading the timer and delivery job bodies),
+//!   `expiry` (what a reading of Redis says), `backoff` (the pause between
+//!   retries of a lost connection), `index` (the small durable index, a
+//!   map in memory logged under `--state-dir`: key → (expiry, current
+//!   timer id)), [`punctuality`] (each delivery's lateness and distance
+//!   to Redis's `expired` event, for `/metrics` and the dashboard);
+//!   `sprout bridge`'s own process tunes glibc's allocator
+//!   ([`crate::malloc`]).
+//! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`),
+//!   the two connections and their quirks (`redis_caps` finds out at
+//!   connect what each node can do; [`remote`], TLS and a token for a
+//!   secured server); `failure` (why a step failed, and the retry);
+//!   `sentinel` (where a Sentinel master is now, and following it);
+//!   `redis_cluster` (a Redis Cluster as one node: its topology, each key
+//!   read at its slot's master, and `redis_cluster::Target`, what the
+//!   registry reads keys from; `src/cluster/` is sprout's own NATS
+//!   cluster, unrelated).
 //! * Decisions: `decide`, pure functions from (index entry, Redis's
 //!   answer, hint, now) to a plan, table-tested; `report`, the status
 //!   lines' text (each source, where it delivers, every Redis setting
 //!   changed, old -> new) from what they report.
 //! * Workers: `registry` carries the plans out under per-key locks, in
-//!   pipelines and in the order that makes them safe; `sync` (the queue of
-//!   keys and its workers), `due` (workers reserving due timers from
-//!   `bridge-timers.TUBE`), `events` (keyspace events per node, each queued
-//!   as a key to sync), `reconcile` (`SCAN MATCH` at start, periodically
-//!   and after lost connections; the only source with `--no-pubsub`; a
-//!   complete pass cancels what vanished), `flushes` (polls `INFO` for
-//!   wipes no event announces).
+//!   pipelines and in the order that makes them safe (`registry` itself
+//!   syncs keys, `settle` settles due timers, `timers` puts, cancels and
+//!   verifies them); `sync` (the queue of keys and its workers), `due`
+//!   (workers reserving due timers from `bridge-timers.TUBE`), `events`
+//!   (keyspace events per node, each queued as a key to sync),
+//!   `reconcile` (`SCAN MATCH` at start, periodically and after lost
+//!   connections; the only source with `--no-pubsub`; a complete pass
+//!   cancels what vanished), `flushes` (polls `INFO` for wipes no event
+//!   announces).
 //! * Wiring: [`run`], here.
 //!
 //! Guarantees: never early (a timer fires only once Redis reports the key

@@ -53,16 +53,21 @@ pub fn write_keys(
     for i in 0..n {
         let key = format!("dev:{prefix}:{i}");
         let at = start + spread_ms * i as i64 / n.max(1) as i64;
-        pipe.cmd("SET")
-            .arg(&key)
-            .arg("x")
-            .arg("PXAT")
-            .arg(at)
-            .ignore();
+        set_expiring(&mut pipe, &key, at);
         want.insert(key, at);
     }
     let _: () = pipe.query(conn).expect("write the keys");
     want
+}
+
+/// Adds to `pipe` the write of `key` expiring at `at` (Unix ms).
+pub fn set_expiring(pipe: &mut redis::Pipeline, key: &str, at: i64) {
+    pipe.cmd("SET")
+        .arg(key)
+        .arg("x")
+        .arg("PXAT")
+        .arg(at)
+        .ignore();
 }
 
 /// How many keys to write in the lateness runs: `SPROUT_BRIDGE_KEYS`, else

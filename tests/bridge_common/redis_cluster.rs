@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use sprout_testkit::now_ms;
 
+use super::load::set_expiring;
 use super::redis_server::{Redis, Version};
 use crate::common::{TempDir, TestServer};
 
@@ -179,13 +180,7 @@ impl RedisCluster {
             };
             let at = start + spread_ms * i as i64 / n.max(1) as i64;
             let port = owners[usize::from(key_slot(key.as_bytes()))];
-            let pipe = pipes.entry(port).or_insert_with(redis::pipe);
-            pipe.cmd("SET")
-                .arg(&key)
-                .arg("x")
-                .arg("PXAT")
-                .arg(at)
-                .ignore();
+            set_expiring(pipes.entry(port).or_insert_with(redis::pipe), &key, at);
             want.insert(key, at);
         }
         for (port, pipe) in pipes {

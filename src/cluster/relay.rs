@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::peers::server_name;
-use super::via::{self, Via};
+use super::via::{self, Passed, Via};
 
 /// How long connecting to the leader may take before the client is closed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -128,11 +128,11 @@ where
         // leader's close (below) ends the relay.
         let up = async {
             let done = async {
-                let note = |bytes: &[u8], out: &mut Vec<u8>| {
+                let note = |bytes: &[u8], _: &mut Vec<u8>| {
                     if let Some(requests) = &mut requests {
                         requests.saw(bytes);
                     }
-                    out.extend_from_slice(bytes);
+                    Passed::Same
                 };
                 copy(&mut client_rx, &mut leader_tx, &mut to_leader, note).await?;
                 leader_tx.shutdown().await
@@ -146,7 +146,7 @@ where
             let mut n = 0;
             let mark = |bytes: &[u8], out: &mut Vec<u8>| match &mut answers {
                 Some(answers) => answers.pass(bytes, out),
-                None => out.extend_from_slice(bytes),
+                None => Passed::Same,
             };
             copy(&mut leader_rx, &mut client_tx, &mut n, mark).await?;
             client_tx.shutdown().await?;
@@ -165,12 +165,13 @@ where
 
 /// Copies until end of file, counting as it goes (so a relay ended from the
 /// other side still knows how much passed). `each(read, out)` sees each
-/// read before it goes on and puts what is to go now in `out`.
+/// read before it goes on: it goes as it came, or what `each` put in `out`
+/// goes instead.
 async fn copy<R, W, F>(from: &mut R, to: &mut W, count: &mut u64, mut each: F) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
-    F: FnMut(&[u8], &mut Vec<u8>),
+    F: FnMut(&[u8], &mut Vec<u8>) -> Passed,
 {
     let mut buf = vec![0; 16 * 1024];
     let mut out = Vec::new();
@@ -180,9 +181,12 @@ where
             return Ok(());
         }
         out.clear();
-        each(&buf[..n], &mut out);
-        if !out.is_empty() {
-            to.write_all(&out).await?;
+        let data = match each(&buf[..n], &mut out) {
+            Passed::Same => &buf[..n],
+            Passed::Changed => &out[..],
+        };
+        if !data.is_empty() {
+            to.write_all(data).await?;
             to.flush().await?;
         }
         *count += n as u64;

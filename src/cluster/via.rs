@@ -7,17 +7,20 @@
 //! from a client. So the relay reads what passes (it still passes every
 //! other byte as it came): the client's requests with the server's
 //! decoder, to know which answer belongs to a `stats`, and the leader's
-//! answers with the client's decoder, one whole answer at a time (every
+//! answers by their head lines only, to know where each ends (every
 //! request has exactly one, in order; `quit` none, and the leader closes).
-//! Answers it cannot read (a newer leader's) it passes on untouched from
-//! there on.
+//! Only a `stats` answer is held and read whole; every other answer passes
+//! on as it came, without a copy: pingpong through a standby pays next to
+//! nothing for the mark. Answers it cannot read (a newer leader's) it
+//! passes on untouched from there on.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 use sprout_protocol::codec::{ClientCodec, ServerCodec};
-use sprout_protocol::{Command, Response};
+use sprout_protocol::parse::{parse_response_line, ResponseHead};
+use sprout_protocol::{Command, Response, MAX_LINE_LEN};
 use tokio_util::codec::Decoder;
 
 use crate::engine::{via_lines, VIA_NODE, VIA_ROLE};
@@ -67,9 +70,8 @@ pub fn watch(via: &Via) -> (Requests, Answers) {
         pending: pending.clone(),
     };
     let answers = Answers {
-        codec: ClientCodec::new(),
-        raw: BytesMut::new(),
-        buf: BytesMut::new(),
+        framing: Framing::default(),
+        held: None,
         node: via.node.clone(),
         pending,
     };
@@ -104,53 +106,156 @@ impl Requests {
     }
 }
 
-/// The leader's side: what to pass on of each read.
+/// What a read of the leader's answers turned into.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Passed {
+    /// Pass the read on as it came (no `stats` answer in it).
+    Same,
+    /// Pass on what was put in `out` instead.
+    Changed,
+}
+
+/// The leader's side: finds where each answer ends by its head line
+/// alone (a body is skipped by its length), so that answers pass on as
+/// they came, uncopied; only a `stats` answer is held until whole, read
+/// with the client's decoder and passed on marked.
 pub struct Answers {
-    codec: ClientCodec,
-    /// The bytes of the answer being read, as they came.
-    raw: BytesMut,
-    /// The same bytes, for the decoder (which takes them apart).
-    buf: BytesMut,
+    framing: Framing,
+    /// The `stats` answer being read, while it is.
+    held: Option<BytesMut>,
     node: String,
     pending: Pending,
 }
 
 impl Answers {
-    /// Adds `bytes` to what is to go to the client: each whole answer, a
-    /// `stats` answer marked.
-    pub fn pass(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+    /// What to pass on of `bytes`: [`Passed::Same`], or what `out` now
+    /// holds, a `stats` answer marked.
+    pub fn pass(&mut self, bytes: &[u8], out: &mut Vec<u8>) -> Passed {
         let mut pending = self.pending.lock().expect("the relay's lock");
         let Some(queue) = pending.as_mut() else {
-            out.extend_from_slice(&self.raw.split());
-            out.extend_from_slice(bytes);
-            return;
+            return match self.held.take() {
+                Some(held) => {
+                    out.extend_from_slice(&held);
+                    out.extend_from_slice(bytes);
+                    Passed::Changed
+                }
+                None => Passed::Same,
+            };
         };
-        self.raw.extend_from_slice(bytes);
-        self.buf.extend_from_slice(bytes);
-        loop {
-            match self.codec.decode(&mut self.buf) {
-                Ok(Some(answer)) => {
-                    // What the decoder took since the answer began.
-                    let whole = self.raw.split_to(self.raw.len() - self.buf.len());
-                    match (queue.pop_front(), answer) {
-                        (Some(true), Response::Ok(doc)) => {
-                            let doc = mark(&doc, &self.node);
-                            out.extend_from_slice(format!("OK {}\r\n", doc.len()).as_bytes());
-                            out.extend_from_slice(&doc);
-                            out.extend_from_slice(b"\r\n");
-                        }
-                        _ => out.extend_from_slice(&whole),
-                    }
+        let mut passed = Passed::Same;
+        // `bytes[from..]` is not passed on yet.
+        let mut from = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            if self.framing.between() && queue.pop_front() == Some(true) {
+                out.extend_from_slice(&bytes[from..at]);
+                from = at;
+                self.held = Some(BytesMut::new());
+            }
+            let Some(ended) = self.framing.frame(&bytes[at..]) else {
+                // Unreadable: from here on everything passes untouched.
+                *pending = None;
+                if let Some(held) = self.held.take() {
+                    out.extend_from_slice(&held);
+                    passed = Passed::Changed;
                 }
-                Ok(None) => return,
-                Err(_) => {
-                    *pending = None;
-                    out.extend_from_slice(&self.raw.split());
-                    self.buf = BytesMut::new();
-                    return;
-                }
+                break;
+            };
+            let step = &bytes[at..at + ended.taken];
+            at += ended.taken;
+            let Some(held) = &mut self.held else {
+                continue;
+            };
+            held.extend_from_slice(step);
+            from = at;
+            passed = Passed::Changed;
+            if ended.whole {
+                let held = self.held.take().expect("a held answer");
+                out.extend_from_slice(&marked(held, &self.node));
             }
         }
+        if passed == Passed::Changed {
+            out.extend_from_slice(&bytes[from..]);
+        }
+        passed
+    }
+}
+
+/// Where the leader's answers are.
+#[derive(Default)]
+struct Framing {
+    /// The head line read so far (it may come in pieces).
+    line: Vec<u8>,
+    /// Bytes of the current body (its CRLF included) still to come.
+    left: usize,
+    /// `RESERVED` answers still to come of a `RESERVED_BATCH`.
+    batch: u32,
+}
+
+impl Framing {
+    /// Whether the next byte starts an answer.
+    fn between(&self) -> bool {
+        self.line.is_empty() && self.left == 0 && self.batch == 0
+    }
+
+    /// Reads the framing of the start of `bytes`: how much of it belongs
+    /// to the current answer, and whether that answer ends there. `None`
+    /// if it cannot be read.
+    fn frame(&mut self, bytes: &[u8]) -> Option<Framed> {
+        if self.left > 0 {
+            let taken = self.left.min(bytes.len());
+            self.left -= taken;
+            let whole = self.left == 0 && self.batch == 0;
+            return Some(Framed { taken, whole });
+        }
+        let Some(end) = bytes.iter().position(|&b| b == b'\n') else {
+            self.line.extend_from_slice(bytes);
+            return (self.line.len() <= MAX_LINE_LEN).then_some(Framed {
+                taken: bytes.len(),
+                whole: false,
+            });
+        };
+        self.line.extend_from_slice(&bytes[..=end]);
+        let line = std::mem::take(&mut self.line);
+        let head = line.strip_suffix(b"\r\n")?;
+        let in_batch = self.batch > 0;
+        match parse_response_line(head).ok()? {
+            ResponseHead::Line(_) if in_batch => return None,
+            ResponseHead::Line(_) => {}
+            ResponseHead::WithBody { bytes, .. } => {
+                self.left = bytes as usize + 2;
+                self.batch = self.batch.saturating_sub(1);
+            }
+            ResponseHead::Batch(_) if in_batch => return None,
+            ResponseHead::Batch(n) => self.batch = n,
+        }
+        let whole = self.left == 0 && self.batch == 0;
+        Some(Framed {
+            taken: end + 1,
+            whole,
+        })
+    }
+}
+
+/// How far a piece of an answer went.
+struct Framed {
+    taken: usize,
+    whole: bool,
+}
+
+/// A whole `stats` answer as it is to be passed on: its document marked,
+/// or as it came if it is not a document.
+fn marked(mut held: BytesMut, node: &str) -> Bytes {
+    let whole = held.clone().freeze();
+    match ClientCodec::new().decode(&mut held) {
+        Ok(Some(Response::Ok(doc))) => {
+            let doc = mark(&doc, node);
+            let mut out = format!("OK {}\r\n", doc.len()).into_bytes();
+            out.extend_from_slice(&doc);
+            out.extend_from_slice(b"\r\n");
+            Bytes::from(out)
+        }
+        _ => whole,
     }
 }
 
@@ -192,7 +297,11 @@ mod tests {
         }
         let mut out = Vec::new();
         for chunk in answers.chunks(step) {
-            down.pass(chunk, &mut out);
+            let mut changed = Vec::new();
+            match down.pass(chunk, &mut changed) {
+                Passed::Same => out.extend_from_slice(chunk),
+                Passed::Changed => out.extend_from_slice(&changed),
+            }
         }
         out
     }
@@ -214,6 +323,21 @@ mod tests {
             marked.len()
         );
         for step in [1, 3, 7, 1000] {
+            let out = relayed(requests, answers.as_bytes(), step);
+            assert_eq!(String::from_utf8_lossy(&out), want, "chunks of {step}");
+        }
+    }
+
+    #[test]
+    fn bodies_and_batches_are_skipped_by_their_length() {
+        // Bodies that read like answers, a batch of two, then a stats.
+        let requests = b"reserve-batch 2\r\npeek 1\r\nreserve-batch 5 0\r\nstats\r\n";
+        let answers = "RESERVED_BATCH 2\r\nRESERVED 1 6\r\nOK 3\r\n\r\nRESERVED 2 2\r\nOK\r\n\
+                       FOUND 1 6\r\nOK 3\r\n\r\nRESERVED_BATCH 0\r\nOK 4\r\n---\n\r\n";
+        let kept = answers.strip_suffix("OK 4\r\n---\n\r\n").unwrap();
+        let marked = "---\ncluster-via-node: \"n2\"\ncluster-via-role: standby\n";
+        let want = format!("{kept}OK {}\r\n{marked}\r\n", marked.len());
+        for step in [1, 2, 5, 1000] {
             let out = relayed(requests, answers.as_bytes(), step);
             assert_eq!(String::from_utf8_lossy(&out), want, "chunks of {step}");
         }

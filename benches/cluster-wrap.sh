@@ -62,4 +62,4 @@ if [[ -n ${BENCH_HELPER_PIDS:-} ]]; then
     (IFS=,; echo "${pids[*]}") >"$BENCH_HELPER_PIDS"
 fi
 urls="nats://127.0.0.1:${client[0]},nats://127.0.0.1:${client[1]},nats://127.0.0.1:${client[2]}"
-exec "$sprout" --cluster "$urls" --node-id bench "${args[@]}"
+exec "$sprout" --cluster "$urls" --cluster-name bench --node-id bench "${args[@]}"

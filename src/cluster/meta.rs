@@ -2,10 +2,11 @@
 //!
 //! Each leader's first write is a claim (a meta message with the next
 //! epoch, chained on the stream's last sequence, so it fails if anyone
-//! wrote after what the new leader has read); every later batch ends with
-//! a meta message too, carrying the id ceiling: no job id at or above it
-//! has been handed out, so a new leader starts there (`store/ids.rs` does
-//! the same for one node's journal).
+//! wrote after what the new leader has read); a later batch ends with a
+//! meta message too when it moves the id ceiling: no job id at or above it
+//! has been handed out, so a new leader starts there. The ceiling runs a
+//! block ahead of the ids in use, as it does for one node's journal
+//! (`store/ids.rs`), so few batches carry one.
 
 use sprout_protocol::JobId;
 

@@ -6,9 +6,11 @@
 //! The seam is the single-node store's (`store/mod.rs`): commands queue
 //! their records under the engine lock ([`ClusterStore::submit`]); the
 //! writer task takes everything queued, packs it into pages exactly as the
-//! absorber packs sled's (`store/pack.rs`), and sends the pages, the slots
-//! cleaning freed (empty messages) and a meta message (`meta.rs`) as one
-//! batch. While one batch is on its way the next one gathers, so the
+//! absorber packs sled's (`store/pack.rs`), and sends the pages and the
+//! slots cleaning freed (empty messages) as one batch, with a meta message
+//! (`meta.rs`) when the id ceiling must move: it runs a block ahead of the
+//! ids handed out (`store/ids.rs`), so most batches carry none (a message
+//! fewer for the NATS servers to replicate and sync). While one batch is on its way the next one gathers, so the
 //! group grows with the load. A batch the stream refuses means this node
 //! no longer leads (or the stream is failing): the node stops at once
 //! (`node.rs`), and nothing it did not get acknowledged was answered.
@@ -31,7 +33,7 @@ use super::meta::Meta;
 use super::publish::{self, Refusal, Sent, MAX_BATCH};
 use super::subjects::Subjects;
 use crate::engine::{Record, Room};
-use crate::store::{pack, Progress, Seq, Store};
+use crate::store::{pack, raise_id_ceiling, Progress, Seq, Store};
 
 /// Records taken into one batch, in bytes: with pages of 4 KiB and
 /// [`CLEAN_PAGES`] cleaned, a batch stays well inside [`MAX_BATCH`]
@@ -341,16 +343,21 @@ impl Writer {
             .into_iter()
             .map(|(slot, page)| (self.subjects.page(slot), page))
             .collect();
-        let top = records()
+        let highest = records()
             .filter_map(|r| match r {
-                Record::Put(image) => Some(image.id + 1),
+                Record::Put(image) => Some(image.id),
                 _ => None,
             })
             .max();
-        if let Some(top) = top {
-            self.meta.ids_below = self.meta.ids_below.max(top);
+        let raised = highest.and_then(|h| raise_id_ceiling(self.meta.ids_below, h));
+        if let Some(ceiling) = raised {
+            self.meta.ids_below = ceiling;
         }
-        messages.push((self.subjects.meta(), Bytes::from(self.meta.encode())));
+        // The meta message only when the ceiling moves (or the batch would
+        // be empty): most batches are then their pages alone.
+        if raised.is_some() || messages.is_empty() {
+            messages.push((self.subjects.meta(), Bytes::from(self.meta.encode())));
+        }
         let parts = messages.len().div_ceil(MAX_BATCH);
         for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
             let id = format!("e{}b{number}p{part}", self.meta.epoch);
@@ -400,10 +407,20 @@ impl Writer {
 
     /// Whether a batch refused as fenced, ending at stream sequence `end`,
     /// is in the stream already (sent again after its first answer was
-    /// lost): the stream's latest meta message is then this leader's, at
-    /// or past `end`. Nobody else writes in this leader's epoch (a claim
-    /// is fenced like any batch).
+    /// lost): the stream ends at or past `end`, and then still holds this
+    /// leader's claim as its latest meta message. Read in that order: a
+    /// claim is fenced like any batch and only ever replaced by a newer
+    /// one, so if this leader's is the latest after the stream's end was
+    /// read, everything up to that end was written in this leader's epoch,
+    /// by this leader.
     async fn stored(&self, end: u64) -> bool {
+        let last = match self.stream.get_info().await {
+            Ok(info) => info.state.last_sequence,
+            Err(e) => {
+                tracing::warn!("cannot read where the stream ends: {e}");
+                return false;
+            }
+        };
         match self
             .stream
             .get_last_raw_message_by_subject(&self.subjects.meta())
@@ -412,7 +429,7 @@ impl Writer {
             Ok(m) => {
                 let ours = Meta::decode(&m.payload)
                     .is_ok_and(|meta| meta.epoch == self.meta.epoch && meta.node == self.meta.node);
-                ours && m.sequence >= end
+                ours && last >= end
             }
             Err(e) => {
                 tracing::warn!("cannot read the stream's meta message: {e}");

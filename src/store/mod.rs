@@ -70,6 +70,7 @@ pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;
 pub(crate) use entry::Kind as EntryKind;
+pub(crate) use ids::raise as raise_id_ceiling;
 pub(crate) use log::Log;
 pub(crate) use pack::{pack, Packed};
 pub(crate) use page::read as page_entries;

@@ -12,8 +12,10 @@
 #   --b-cmd CMD     server B (default: /usr/bin/beanstalkd, installed with apt-get if missing)
 #   --rounds N      rounds of A then B per scenario (default 3, at least 3)
 #   --quick         about a fifth of the jobs (a run of about two minutes)
-#   --durable       also run with `-b DIR` (default fsync policy) and `-b DIR -f 0`
-#   --fill-only     only the memory rows (fill, ready and delayed)
+#   --durable       also run with `-b DIR` (default fsync policy) and `-b DIR -f 0`,
+#                   and fill `-b DIR` with 10k and --fill-jobs jobs of 100 B and 1 KiB
+#   --fill-only     only the memory rows (fill, ready and delayed; with
+#                   --durable, the `-b` fills too)
 #   --fill-jobs N   jobs each fill holds (default 1,000,000; 200,000 with --quick)
 #   --out FILE      keep the raw JSON lines here (default: a temporary file)
 #   --only REGEX    only the scenarios whose "MODE LABEL" matches (e.g. 'fsync0 pingpong')
@@ -203,6 +205,14 @@ if $durable && ! $fill_only; then
         scenario $mode "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 --jobs $((n / 2))
     done
 fi
+if $durable; then
+    # Memory held with -b: a small queue (where sled's fixed cost shows) and
+    # a large one (where what each job costs shows), small and 1 KiB bodies.
+    for size in 100 1024; do
+        scenario durable "fill 10k, $size B" fill --conns 50 --jobs 10000 --size $size
+        scenario durable "fill $fill_jobs, $size B" fill --conns 50 --jobs "$fill_jobs" --size $size
+    done
+fi
 fi
 echo >&2
 
@@ -267,6 +277,8 @@ for (mode, label), sides in groups.items():
     if label.startswith("fill"):
         notes.append(f"peak RSS MB A {fmt(scaled(ra, 'hwm_kb', 1024))}, "
                      f"B {fmt(scaled(rb, 'hwm_kb', 1024))}; "
+                     f"RSS after MB A {fmt(scaled(ra, 'rss_kb', 1024), 1)}, "
+                     f"B {fmt(scaled(rb, 'rss_kb', 1024), 1)}; "
                      f"bytes/job A {fmt(med(ra, 'rss_per_job'))}, B {fmt(med(rb, 'rss_per_job'))} "
                      f"(A/B {ratio(ok_a, ok_b, 'rss_per_job')})")
     notes.append(f"kernel CPU µs/job A {fmt(med(ra, 'sys_us_per_job'), 2)}, "

@@ -102,7 +102,7 @@ pub struct Args {
     pub binlog_size: u64,
 
     /// Memory for the store's page cache, in bytes (with -b).
-    #[arg(long = "store-cache", value_name = "BYTES", default_value_t = 64 << 20)]
+    #[arg(long = "store-cache", value_name = "BYTES", default_value_t = 4 << 20)]
     pub store_cache: u64,
 
     /// Start even if the store is damaged, keeping every job that can be

@@ -21,8 +21,10 @@
 
 use std::time::Duration;
 
-/// Free heap the allocator may keep for the next burst.
-const KEEP_FREE: usize = 16 << 20;
+/// Free heap the allocator may keep for the next burst. At 16 MiB a
+/// durable server holding 10k 100-byte jobs kept 9 MB of free heap (27 MB
+/// of RSS, 20.5 MB once trimmed): a small queue never grew enough to trim.
+const KEEP_FREE: usize = 4 << 20;
 /// How often the free heap is looked at (`mallinfo2` and `statm`; a
 /// `malloc_trim` when [`worth_trimming`] says so). Every second cost the bridge about 1 s
 /// of CPU more while firing 1M keys (one run), handing back pages a burst
@@ -82,7 +84,7 @@ fn worth_trimming(rss: usize, settled: usize, free: usize) -> bool {
 }
 
 /// This process's resident bytes (`/proc/self/statm`), 0 if unreadable
-/// (then only a rise above 16 MiB triggers the first trim, as ever).
+/// (then only a rise above [`KEEP_FREE`] triggers the first trim, as ever).
 fn resident() -> usize {
     let pages = std::fs::read_to_string("/proc/self/statm")
         .ok()

@@ -25,7 +25,6 @@
 //!   `files.rs` reads and readies the journal, `over.rs` lays it over sled);
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
-//! - `cold.rs`: bodies kept only on disk (the design, not yet built);
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -45,7 +44,6 @@ mod allocator;
 mod ballast;
 mod bells;
 mod blobs;
-mod cold;
 mod corrupt;
 pub mod durable;
 mod entry;

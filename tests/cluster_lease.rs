@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::nats::NatsCluster;
-use sprout::cluster::lease::{self, Held, Lease, Standing, Timing};
+use sprout::cluster::held::Held;
+use sprout::cluster::lease::{self, Lease, Standing, Timing};
 use sprout::cluster::version;
 use tokio::time::Instant;
 
@@ -88,7 +89,7 @@ fn a_node_with_another_lease_ttl_is_refused() {
         let Err(sprout::cluster::Trouble::Refused(why)) = refused else {
             panic!("a TTL other than the bucket's was not refused");
         };
-        assert!(why.contains("1500 ms") && why.contains("3000"), "{why}");
+        assert!(why.contains("800 ms") && why.contains("3000"), "{why}");
         // The same TTL opens it again.
         Lease::open(&js, "ttl", Timing::default(), 1).await.unwrap();
     });
@@ -130,7 +131,7 @@ fn one_holder_at_a_time() {
         assert_eq!(current.revision, held.revision());
 
         // Renewed on schedule, it stays held for twice the TTL and more,
-        // also against a standby polling all along.
+        // also against a standby watching all along.
         let standby = {
             let lease = nodes[(winner + 1) % nodes.len()].clone();
             tokio::spawn(async move { lease.acquire("standby", "x").await })
@@ -181,7 +182,7 @@ fn a_standby_takes_over_when_renewals_stop() {
         let mut gaps = Vec::new();
         for _round in 0..6 {
             let standby = 1 - leader;
-            // The standby polls all along, as it always does; the leader
+            // The standby watches all along, as it always does; the leader
             // renews on schedule a few times, then stops (it hangs or dies).
             let name = format!("n{standby}");
             let waiting = {
@@ -221,10 +222,10 @@ fn a_standby_takes_over_when_renewals_stop() {
         gaps.sort();
         let ms = |d: &Duration| d.as_millis();
         println!(
-            "lease handover after the last renewal (TTL {} ms, poll {} ms, 3 nodes, {} rounds): \
+            "lease handover after the last renewal (TTL {} ms, renewed every {} ms, 3 nodes, {} rounds): \
              min {} ms, median {} ms, max {} ms",
             ms(&ttl),
-            ms(&Timing::default().poll_every),
+            ms(&Timing::default().renew_every),
             gaps.len(),
             ms(&gaps[0]),
             ms(&gaps[gaps.len() / 2]),

@@ -20,6 +20,8 @@
 //! - `writer.rs`: the leader's store;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
+//!   `timing.rs`: its clock; `held.rs`: the holder renewing it;
+//!   `standby.rs`: a standby watching it, taking it when it runs out;
 //! - `claim.rs`: each node's claim on its id in that bucket, refusing a
 //!   duplicate id and peer TLS on some nodes only;
 //! - `node.rs`: a node's life: follow, claim, lead, stop; `role.rs`:
@@ -39,6 +41,7 @@ mod bridge;
 mod claim;
 pub mod config;
 mod follow;
+pub mod held;
 pub mod lease;
 pub mod link;
 mod members;
@@ -50,9 +53,11 @@ mod publish;
 pub mod relay;
 mod role;
 mod side;
+mod standby;
 mod status;
 mod stream;
 mod subjects;
+mod timing;
 pub mod version;
 pub mod via;
 mod vouch;

@@ -1,11 +1,11 @@
 //! A cluster node's life: it follows the stream as a hot standby, takes
 //! over when the lease is free, and leads until it is deposed or stopped.
 //!
-//! Taking over: with the lease held, the node reads the stream to its
-//! current end, then claims it: a meta message with the next epoch, fenced
-//! on that end (`Nats-Expected-Last-Sequence`). If anyone wrote after what
-//! it read (a deposed leader's last batch), the claim fails and it reads
-//! on and claims again; once the claim is in, every later write of the old
+//! Taking over: a caught-up standby takes the lease (`standby.rs`), then
+//! claims the stream: a meta message with the next epoch, fenced on the
+//! last message it read (`Nats-Expected-Last-Sequence`). If anyone wrote
+//! after that (a deposed leader's last batch), the claim fails and it
+//! reads on to the stream's end and claims again; once the claim is in, every later write of the old
 //! leader is refused by the stream itself, whatever the clocks say. The
 //! engine replica already holds every job, so serving starts right away.
 //!
@@ -27,13 +27,15 @@ use tokio::sync::watch;
 use super::claim::{self, Claim};
 use super::config::Options;
 use super::follow::{self, Change, Pages};
-use super::lease::{Held, Lease, Standing, Timing};
+use super::held::Held;
+use super::lease::{Holder, Lease, Standing, Timing};
 use super::link;
 use super::members;
 use super::meta::Meta;
 use super::placement;
 use super::publish;
 use super::role::Role;
+use super::standby::Standby;
 use super::status::{Part, Teller};
 use super::stream::{self, Trouble};
 use super::subjects::Subjects;
@@ -178,18 +180,23 @@ async fn take_over(
     role: &watch::Sender<Role>,
 ) -> Result<(Follower, Held), String> {
     let mut follower = Follower::start(node, shared, role.clone()).await?;
-    let poll = node.lease.timing().poll_every;
+    let options = &node.options;
+    let mut standby = Standby::new(&node.lease, &options.node, &options.advertise);
     loop {
         let mut held = loop {
+            let next_try = standby.next_try();
             tokio::select! {
                 message = follower.next() => message?,
-                _ = tokio::time::sleep(poll), if follower.caught_up => {
-                    match node.lease.try_acquire(&node.options.node, &node.options.advertise).await {
+                // Someone leads: pass clients to whoever the lease names
+                // (the tail may lag, or stall on a dead NATS server, behind
+                // a takeover).
+                seen = standby.seen() => if let Some(holder) = seen {
+                    follower.follow_holder(holder);
+                },
+                () = tokio::time::sleep_until(next_try), if follower.caught_up => {
+                    match standby.try_take().await {
                         Ok(Some(held)) => break held,
-                        // Someone leads: pass clients to whoever the lease
-                        // names (the tail may lag, or stall on a dead
-                        // NATS server, behind a takeover).
-                        Ok(None) => follower.follow_lease(&node.lease).await,
+                        Ok(None) => {}
                         Err(e) => tracing::warn!("{e}"),
                     }
                 }
@@ -384,17 +391,11 @@ impl Follower {
 
     /// Passes clients to the lease's holder, if it is another node than
     /// the one the stream named last.
-    async fn follow_lease(&mut self, lease: &Lease) {
-        let Ok(Some(holder)) = lease.current().await else {
-            return;
-        };
+    fn follow_holder(&mut self, holder: Holder) {
         let leader = Some(holder.addr).filter(|a| *a != self.own_addr);
-        if *self.role.borrow()
-            != (Role::Standby {
-                leader: leader.clone(),
-            })
-        {
-            self.role.send_replace(Role::Standby { leader });
+        let role = Role::Standby { leader };
+        if *self.role.borrow() != role {
+            self.role.send_replace(role);
         }
     }
 
@@ -410,27 +411,14 @@ impl Follower {
         }
     }
 
-    /// Reads the stream to its end and claims it (see the module docs);
-    /// the pages are then the new leader's writer's.
+    /// Claims the stream (see the module docs): first over what this
+    /// caught-up node has read, then, if refused, over the stream's end
+    /// read anew. The pages are then the new leader's writer's.
     async fn claim(&mut self, node: &Connected, held: &mut Held) -> Result<(), String> {
+        let mut first = true;
         loop {
-            let end = match node.stream.get_info().await {
-                Ok(info) => info.state.last_sequence,
-                Err(e) if held.standing() != Standing::Deposed => {
-                    tracing::warn!("cannot read the stream's end, trying again: {e}");
-                    tokio::time::sleep(held.timing().poll_every).await;
-                    continue;
-                }
-                Err(e) => return Err(format!("cannot read the stream's end: {e}")),
-            };
-            while self.pages.last_seq < end {
-                match tokio::time::timeout(STALLED, self.next()).await {
-                    Ok(applied) => applied?,
-                    Err(_) => {
-                        tracing::warn!("the stream's tail stalled: reading it again");
-                        self.tail_again(&node.stream).await?;
-                    }
-                }
+            if !std::mem::take(&mut first) {
+                self.read_to_end(node, held).await?;
             }
             if held.standing() != Standing::Fresh {
                 held.renew().await.map_err(|d| d.0)?;
@@ -462,6 +450,31 @@ impl Follower {
                 Err(e) => tracing::info!("claim refused, reading on: {}", e.why()),
             }
         }
+    }
+
+    /// Reads the stream to its current end, for as long as the lease is
+    /// held.
+    async fn read_to_end(&mut self, node: &Connected, held: &Held) -> Result<(), String> {
+        let end = loop {
+            match node.stream.get_info().await {
+                Ok(info) => break info.state.last_sequence,
+                Err(e) if held.standing() != Standing::Deposed => {
+                    tracing::warn!("cannot read the stream's end, trying again: {e}");
+                    tokio::time::sleep(held.timing().poll_every).await;
+                }
+                Err(e) => return Err(format!("cannot read the stream's end: {e}")),
+            }
+        };
+        while self.pages.last_seq < end {
+            match tokio::time::timeout(STALLED, self.next()).await {
+                Ok(applied) => applied?,
+                Err(_) => {
+                    tracing::warn!("the stream's tail stalled: reading it again");
+                    self.tail_again(&node.stream).await?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -87,12 +87,14 @@ impl Sprouts {
             &self.name,
             "--node-id",
             &node,
-            "--cluster-lease-ms",
-            &lease,
             "-V",
         ];
         let extra = (self.extra)(i);
         let mut args: Vec<&str> = args.to_vec();
+        // A test that names its own lease (the default's) has it.
+        if !extra.iter().any(|a| a == "--cluster-lease-ms") {
+            args.extend(["--cluster-lease-ms", &lease]);
+        }
         args.extend(extra.iter().map(String::as_str));
         let server = TestServer::spawn(&args, Addr::Tcp(self.ports[i]))
             .unwrap_or_else(|e| panic!("node {i}: {e}"));

@@ -55,21 +55,37 @@ fn takeovers(sprouts: &Sprouts) -> usize {
     leads.saturating_sub(1)
 }
 
+/// `was` if it still leads; else (it was deposed and exits) the leader
+/// the others agree on.
+fn still_leading(sprouts: &mut Sprouts, was: usize) -> usize {
+    if sprouts.leader_via(was) == Some(was) {
+        return was;
+    }
+    if let Some(mut node) = sprouts.nodes[was].take() {
+        node.wait_exit(Duration::from_secs(10));
+        sprouts.past_logs.push(node.stderr());
+    }
+    sprouts.wait_leader(Duration::from_secs(30))
+}
+
 #[test]
 fn a_leader_stopped_briefly_keeps_its_lease_and_loses_nothing() {
     let test = "a_leader_stopped_briefly";
-    let Some((_nats, sprouts, load, leader)) = under_load(test, "stall") else {
+    let Some((_nats, mut sprouts, load, leader)) = under_load(test, "stall") else {
         return;
     };
     let secs = std::env::var("SPROUT_CLUSTER_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(6);
-    let node = sprouts.nodes[leader].as_ref().unwrap();
     let until = Instant::now() + Duration::from_secs(secs);
     let mut stops = 0;
+    let mut now_leading = leader;
     while Instant::now() < until {
         thread::sleep(Duration::from_millis(1700));
+        // After a takeover (a failure, counted below), the new leader.
+        now_leading = still_leading(&mut sprouts, now_leading);
+        let node = sprouts.nodes[now_leading].as_ref().unwrap();
         node.signal(libc::SIGSTOP);
         thread::sleep(Duration::from_millis(300));
         node.signal(libc::SIGCONT);

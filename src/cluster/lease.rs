@@ -14,7 +14,7 @@
 //! over (`timing.rs`): it counts from when it *sent* its last successful
 //! write (any reader saw that write later), and stops at TTL − margin,
 //! all on monotonic clocks, so wall-clock steps do nothing; only clock
-//! *rates* differing by a quarter (TTL against TTL − margin) could break
+//! *rates* differing by an eighth (TTL against TTL − margin) could break
 //! it. The lease alone does not fence a deposed writer that is paused past
 //! the TTL mid-write; the stream's `Nats-Expected-Last-Sequence` chain
 //! does. The holder's side is `held.rs`, a standby's `standby.rs`.
@@ -136,6 +136,10 @@ impl Lease {
                     history: 1,
                     max_age: timing.ttl,
                     num_replicas: replicas,
+                    // Nothing in it outlives its TTL, and a renewal must
+                    // not wait for a busy disk's fsync (`sync_interval:
+                    // always`): a quorum's memory holds it.
+                    storage: jetstream::stream::StorageType::Memory,
                     ..Default::default()
                 })
                 .await

@@ -10,7 +10,7 @@
 //! the stall a leader survives. Measured on a loaded 2-core machine
 //! (`benches/failover.sh`): TTL 800 ms gives service back p99 under a
 //! second after a kill -9, and a leader stopped for 300 ms keeps its lease
-//! with 200 ms to spare.
+//! with 300 ms to spare for the renewal's round trip.
 
 use std::time::Duration;
 
@@ -50,10 +50,11 @@ impl Timing {
     /// margin is shorter than a round trip on a loaded machine.
     pub const MIN_TTL: Duration = Duration::from_millis(200);
 
-    /// Renewals every TTL/8 and a margin of TTL/4: a holder survives a
-    /// stall of up to 5/8 TTL less a round trip (or renewals failing that
-    /// long), and is deposed on its own clock at 3/4 TTL, a quarter TTL
-    /// before anyone may take over.
+    /// Renewals every TTL/8 and a margin of TTL/8: a holder survives a
+    /// stall of up to 3/4 TTL less a round trip (or renewals failing that
+    /// long), and is deposed on its own clock at 7/8 TTL, an eighth of the
+    /// TTL before anyone may take over (clock rates would have to differ by
+    /// 12%, against a few ppm; and fencing holds whatever the clocks say).
     pub fn new(ttl: Duration) -> Result<Timing, String> {
         if ttl < Self::MIN_TTL {
             return Err(format!(
@@ -64,7 +65,7 @@ impl Timing {
         Ok(Timing {
             ttl,
             renew_every: ttl / 8,
-            margin: ttl / 4,
+            margin: ttl / 8,
             poll_every: ttl / 10,
         })
     }
@@ -149,7 +150,7 @@ mod tests {
         let t = Timing::default();
         assert_eq!(t.ttl, ms(800));
         assert_eq!(t.renew_every, ms(100));
-        assert_eq!(t.margin, ms(200));
+        assert_eq!(t.margin, ms(100));
         assert_eq!(t.poll_every, ms(80));
     }
 
@@ -163,8 +164,8 @@ mod tests {
             (99, Standing::Fresh),
             (100, Standing::RenewDue),
             (450, Standing::RenewDue),
-            (599, Standing::RenewDue),
-            (600, Standing::Deposed),
+            (699, Standing::RenewDue),
+            (700, Standing::Deposed),
             (800, Standing::Deposed),
             (60_000, Standing::Deposed),
         ];
@@ -180,8 +181,8 @@ mod tests {
             let sent = Instant::now();
             assert!(t.valid_until(sent) < sent + t.ttl, "{ttl}");
             assert!(t.next_renewal(sent) < t.valid_until(sent), "{ttl}");
-            // Room for a stall of 5/8 TTL (a round trip included).
-            assert!(t.next_renewal(sent) + t.ttl * 5 / 8 <= t.valid_until(sent));
+            // Room for a stall of 3/4 TTL (a round trip included).
+            assert!(t.next_renewal(sent) + t.ttl * 3 / 4 <= t.valid_until(sent));
         }
     }
 
@@ -193,7 +194,7 @@ mod tests {
         let sent = Instant::now();
         let woken = t.next_renewal(sent) + ms(300);
         assert_eq!(t.standing(sent, woken), Standing::RenewDue);
-        assert!(t.valid_until(sent) - woken >= ms(200));
+        assert!(t.valid_until(sent) - woken >= ms(300));
     }
 
     #[test]

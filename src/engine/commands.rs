@@ -5,10 +5,10 @@
 //! A command's function is the whole command: what it checks, what it
 //! changes, what it answers; the line after its name says what else it
 //! affects. The state transitions they share (`take_out`, `make_ready`,
-//! `make_reserved`, `unreserve`, ...) are in `mod.rs` and keep every queue,
-//! counter and timer in step. Where the admin API makes the same change
-//! (`admin_ops.rs`), the change is an [`Engine`] method here, beside its
-//! command.
+//! `make_reserved`, `unreserve`, ...) are in `transitions.rs` and keep
+//! every queue, counter and timer in step. Where the admin API makes the
+//! same change (`admin_ops.rs`), the change is an [`Engine`] method here,
+//! beside its command.
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! its version, how it tells a key's expiry ([`Method`]), and which of the
 //! commands the bridge uses it refuses (proxies refuse some).
 
-use redis::RedisResult;
+use redis::{ErrorKind, RedisResult};
 
 /// How a node tells a key's expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,14 +36,17 @@ impl Caps {
     /// error (try again later). `pubsub`: probe `PSUBSCRIBE` too.
     pub(super) async fn probe(client: &redis::Client, pubsub: bool) -> RedisResult<Caps> {
         let mut refused = Vec::new();
-        let info = answer::<String>(client, redis::cmd("INFO").arg("server")).await?;
+        let info = match ask::<String>(client, redis::cmd("INFO").arg("server")).await? {
+            Answer::Value(info) => Some(info),
+            Answer::Redirected | Answer::Refused => None,
+        };
         let version = info.as_deref().map(version_of).unwrap_or_default();
         if info.is_none() {
             refused.push("INFO");
         }
         let key = "sprout-bridge:probe";
         let mut has = async |name: &'static str, cmd: &redis::Cmd| {
-            let ok = answer::<redis::Value>(client, cmd).await?.is_some();
+            let ok = !matches!(ask::<redis::Value>(client, cmd).await?, Answer::Refused);
             if !ok {
                 refused.push(name);
             }
@@ -98,22 +101,34 @@ impl Caps {
     }
 }
 
-/// `cmd`'s answer on a connection of its own; `None` if the node refused
-/// it (an error, or the connection closed while a fresh one still answers
-/// `PING`); an error only if the node cannot be reached.
-async fn answer<T: redis::FromRedisValue>(
+/// What a node said to a probe.
+enum Answer<T> {
+    Value(T),
+    /// `MOVED` or `ASK`: a Redis Cluster master sending the probe's key to
+    /// the master of its slot. It knows the command (a node redirects only
+    /// a command it knows), so that is no refusal.
+    Redirected,
+    /// An error, or the connection closed while a fresh one still answers
+    /// `PING` (a proxy that does not forward the command).
+    Refused,
+}
+
+/// `cmd`'s answer on a connection of its own; an error only if the node
+/// cannot be reached.
+async fn ask<T: redis::FromRedisValue>(
     client: &redis::Client,
     cmd: &redis::Cmd,
-) -> RedisResult<Option<T>> {
+) -> RedisResult<Answer<T>> {
     let mut conn = client.get_multiplexed_async_connection().await?;
     match cmd.query_async::<T>(&mut conn).await {
-        Ok(value) => Ok(Some(value)),
+        Ok(value) => Ok(Answer::Value(value)),
+        Err(e) if matches!(e.kind(), ErrorKind::Moved | ErrorKind::Ask) => Ok(Answer::Redirected),
         Err(e) if unreachable(&e) => {
             let mut fresh = client.get_multiplexed_async_connection().await?;
             let _: String = redis::cmd("PING").query_async(&mut fresh).await?;
-            Ok(None)
+            Ok(Answer::Refused)
         }
-        Err(_) => Ok(None),
+        Err(_) => Ok(Answer::Refused),
     }
 }
 

@@ -72,8 +72,21 @@ impl Bridge {
 impl Drop for Bridge {
     fn drop(&mut self) {
         self.kill9();
+        if thread::panicking() {
+            // A failed test shows what the bridge saw (CI keeps no files).
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL)..];
+            eprintln!("--- the bridge's log, last {} lines ---", tail.len());
+            for line in tail {
+                eprintln!("{line}");
+            }
+        }
     }
 }
+
+/// How many lines of a failed test's bridge log are shown.
+const LOG_TAIL: usize = 150;
 
 /// Waits up to 5 s for `needle` in the file at `path`; `exited` says
 /// whether (and how) the process wrote its last.

@@ -111,7 +111,8 @@ pub fn assert_each_once(
         lost.len(),
         doubled.len()
     );
-    assert!(lost.is_empty(), "lost {}: {lost:?}", lost.len());
+    let some: Vec<_> = lost.iter().take(20).collect();
+    assert!(lost.is_empty(), "lost {}, among them {some:?}", lost.len());
     assert!(doubled.is_empty(), "doubled: {doubled:?}");
     assert!(stray.is_empty(), "not written: {stray:?}");
     for d in got {

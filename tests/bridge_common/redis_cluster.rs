@@ -234,7 +234,16 @@ impl RedisCluster {
     /// of the slots. Returns the new master's port. (Without FORCE, the
     /// handshake with the master timed out here on a loaded machine.)
     pub fn failover(&self, master: u16) -> u16 {
-        let _: i64 = self.node(master).run(&["WAIT", "1", "2000"]);
+        // FORCE skips the offset handshake with the master: the replica must
+        // hold every key first (one that lags would lose them for good).
+        let synced = Instant::now() + Duration::from_secs(30);
+        while self.node(master).run::<i64>(&["WAIT", "1", "1000"]) < 1 {
+            let info: String = self.node(master).run(&["INFO", "replication"]);
+            assert!(
+                Instant::now() < synced,
+                "the replica never caught up: {info}"
+            );
+        }
         let id = self.id(master);
         let replica = self
             .nodes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The docs check: the README and docs/ say nothing that is not there.
 #
-#   bash tests/docs.sh [SPROUT_BINARY]     (default: target/release/sprout)
+#   bash tests/docs.sh [SPROUT_BINARY]     (default: target/dist/sprout, what tests/run.sh builds)
 #
 # 1. Every relative link in README.md and docs/*.md names a file or
 #    directory that exists; a `#anchor` into a .md file names one of its
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-binary=$(realpath "${1:-target/release/sprout}")
+binary=$(realpath "${1:-target/dist/sprout}")
 [ -x "$binary" ] || { echo "docs check: no sprout binary at $binary" >&2; exit 1; }
 
 # --- 1. links -------------------------------------------------------------

@@ -42,7 +42,8 @@ trap cleanup EXIT
 exec 9>/tmp/sprout-package-test.lock
 flock 9
 
-deb=$(cargo deb --strip --quiet | tail -n 1)
+# The shipped build ([profile.dist]: fat LTO, stripped), as the container's.
+deb=$(cargo deb --profile dist --quiet | tail -n 1)
 [ -f "$deb" ] || fail "cargo deb printed no package path: $deb"
 note "built $deb ($(du -h "$deb" | cut -f1))"
 

@@ -72,16 +72,32 @@ EOF
 fi
 "$nats/bin/nats-server" --version
 
-cargo build --release --bin sprout
-bash tests/docs.sh target/release/sprout
+# Each phase says when it starts, so a slow CI run shows where its time went.
+phase() { echo "== tests/run.sh: $1 (at ${SECONDS} s)"; }
+# One optimised build, the one that ships (Cargo.toml's [profile.dist]):
+# the README check, the client smoke test, `cargo install`, the package and
+# the container all use it.
+phase "dist build"
+cargo build --locked --profile dist --bin sprout
+shipped=${CARGO_TARGET_DIR:-target}/dist/sprout
+phase "docs"
+bash tests/docs.sh "$shipped"
+phase "cargo test"
 cargo test --workspace
-"$venv/bin/python" tests/clients/greenstalk_smoke.py target/release/sprout
+phase "greenstalk"
+"$venv/bin/python" tests/clients/greenstalk_smoke.py "$shipped"
 
-# `cargo install --path .` works (reusing the release build above).
+# `cargo install --path .` works (reusing the build above).
+phase "cargo install"
 installed=$(mktemp -d)
-cargo install --quiet --locked --path . --root "$installed" --target-dir target
+cargo install --quiet --locked --path . --profile dist --root "$installed" \
+    --target-dir "${CARGO_TARGET_DIR:-target}"
 "$installed/bin/sprout" -v
 rm -rf "$installed"
+phase "package"
 bash tests/package.sh
+phase "systemd"
 bash tests/systemd.sh
+phase "container"
 bash tests/container.sh
+phase "done"

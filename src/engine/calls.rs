@@ -195,7 +195,7 @@ impl Engine {
             image.created,
             &image.body,
         );
-        self.jobs.set_counts(slot, image.counts());
+        self.jobs.set_counts(slot, image.counts);
         if self.on_restored(slot, image) {
             return;
         }

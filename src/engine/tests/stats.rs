@@ -120,12 +120,20 @@ fn counts_past_a_byte_are_kept_whole() {
         panic!("expected an update, got {:?}", journal.last());
     };
     assert_eq!(
-        (image.reserves, image.releases, image.buries, image.kicks),
+        (
+            image.counts.reserves,
+            image.counts.releases,
+            image.counts.buries,
+            image.counts.kicks
+        ),
         (300, 200, 100, 100)
     );
     let mut again = engine_with(true);
     let image = super::JobImage {
-        timeouts: 70_000,
+        counts: crate::engine::Counts {
+            timeouts: 70_000,
+            ..image.counts
+        },
         ..image.clone()
     };
     again.restore(&image);
@@ -138,8 +146,11 @@ fn counts_past_a_byte_are_kept_whole() {
     // A job whose counts fit again after a restore is back in its bytes.
     let small = super::JobImage {
         id: id + 1,
-        reserves: 3,
-        timeouts: 0,
+        counts: crate::engine::Counts {
+            reserves: 3,
+            timeouts: 0,
+            ..image.counts
+        },
         ..image
     };
     again.restore(&small);

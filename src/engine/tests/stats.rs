@@ -220,3 +220,22 @@ fn every_command_counts_once() {
     }
     assert_eq!(server_stat(&mut e, c, "cmd-stats", 0), "19");
 }
+
+/// `stats-job`'s `file`: the journal file the job's record went to, or,
+/// once the store has taken that one in, the oldest it keeps: both as the
+/// store said them last (`set_store`), read from no store of its own.
+#[test]
+fn a_jobs_file_is_the_stores_word() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    e.set_store(crate::engine::Room::UNLIMITED, 3, 1);
+    let id = put_ready(&mut e, c, 0, 0);
+    assert_eq!(job_stat(&mut e, c, id, "file", 0), "3");
+    e.set_store(crate::engine::Room::UNLIMITED, 6, 5);
+    assert_eq!(job_stat(&mut e, c, id, "file", 0), "5");
+    let mut none = engine_with(false);
+    let c = none.connect();
+    none.set_store(crate::engine::Room::UNLIMITED, 6, 5);
+    let id = put_ready(&mut none, c, 0, 0);
+    assert_eq!(job_stat(&mut none, c, id, "file", 0), "0");
+}

@@ -106,7 +106,10 @@ impl Shared {
         // A panic while holding the lock is a bug already reported; the
         // engine's state is still the best there is, so keep serving.
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        guard.engine.set_store(self.store.room(), self.store.file());
+        let store = &self.store;
+        guard
+            .engine
+            .set_store(store.room(), store.file(), store.oldest_file());
         Locked {
             guard,
             shared: self,

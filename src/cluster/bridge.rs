@@ -45,6 +45,17 @@ use crate::bridge::{self, config::Config};
 use crate::shared::Shared;
 use crate::store;
 
+/// Why a new leader could not take the old leader's bridge work over.
+#[derive(Debug, thiserror::Error)]
+enum HandOverError {
+    #[error("the store stopped: {0}")]
+    Store(#[source] std::io::Error),
+    #[error("the stream refused the hand-over of the old leader's timers")]
+    Refused,
+    #[error("rebuilding the bridge index: {0}")]
+    Index(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// Completes when this node stops leading.
 pub type SteppedDown = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -78,7 +89,7 @@ where
 /// Ends the holds of the old leader's bridge on its timers (see the module
 /// docs), waits until the stream has the changes, and makes this node's
 /// bridge index name the timers the cluster holds.
-async fn hand_over(shared: &Shared, config: &Config) -> Result<(), String> {
+async fn hand_over(shared: &Shared, config: &Config) -> Result<(), HandOverError> {
     let started = Instant::now();
     let (submission, held, fired, timers) = {
         let now = shared.clock.now();
@@ -105,17 +116,17 @@ async fn hand_over(shared: &Shared, config: &Config) -> Result<(), String> {
         let mut progress = shared.store.progress();
         let kept = store::acknowledged(&*shared.store, &mut progress, submission.seq, 0)
             .await
-            .map_err(|e| format!("the store stopped: {e}"))?;
+            .map_err(HandOverError::Store)?;
         if submission.failed(&kept) {
-            return Err("the stream refused the hand-over of the old leader's timers".into());
+            return Err(HandOverError::Refused);
         }
     }
     let config = config.clone();
     let count = timers.len();
     let keys = tokio::task::spawn_blocking(move || bridge::adopt_timers(&config, &timers))
         .await
-        .map_err(|e| format!("rebuilding the bridge index: {e}"))?
-        .map_err(|e| format!("rebuilding the bridge index: {e}"))?;
+        .map_err(|e| HandOverError::Index(e.into()))?
+        .map_err(|e| HandOverError::Index(e.into()))?;
     tracing::info!(
         held,
         delivered_already = fired,

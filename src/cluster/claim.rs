@@ -38,6 +38,51 @@ pub struct Claim {
     pub peer_tls: bool,
 }
 
+/// Why this node's claim on its id is refused, or the claims could not be
+/// read or withdrawn.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error(
+        "--node-id {node} is in use by the node at {addr}: give this node another id \
+         (if that node is gone, its claim runs out {} ms after it stopped)",
+        ttl.as_millis()
+    )]
+    InUse {
+        node: String,
+        addr: String,
+        ttl: Duration,
+    },
+    #[error(
+        "node {node} at {addr} runs {}, this node {}: its clients would be relayed to a port \
+         that cannot read them. Every node of a cluster must give the same \
+         --cluster-peer-* flags",
+        with(*theirs),
+        with(*ours)
+    )]
+    PeerTlsDiffers {
+        node: String,
+        addr: String,
+        theirs: bool,
+        ours: bool,
+    },
+    #[error("listing the node claims: {0}")]
+    Listing(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("withdrawing this node's claim on --node-id {node}: {error}")]
+    Withdrawing {
+        node: String,
+        #[source]
+        error: kv::DeleteError,
+    },
+}
+
+/// How a node with `tls` links to the others, for [`ClaimError`].
+fn with(tls: bool) -> &'static str {
+    match tls {
+        true => "with --cluster-peer-* (mutual TLS between nodes)",
+        false => "without --cluster-peer-* (clear text between nodes)",
+    }
+}
+
 /// The pure decision on this node's id: free, or claimed from this very
 /// address (this node, restarted), or taken by another node.
 pub fn judge_id(
@@ -45,35 +90,28 @@ pub fn judge_id(
     ours: &Claim,
     found: Option<&Claim>,
     ttl: Duration,
-) -> Result<(), String> {
+) -> Result<(), ClaimError> {
     match found {
-        Some(other) if other.addr != ours.addr => Err(format!(
-            "--node-id {node} is in use by the node at {}: give this node another id \
-             (if that node is gone, its claim runs out {} ms after it stopped)",
-            other.addr,
-            ttl.as_millis()
-        )),
+        Some(other) if other.addr != ours.addr => Err(ClaimError::InUse {
+            node: node.to_string(),
+            addr: other.addr.clone(),
+            ttl,
+        }),
         _ => Ok(()),
     }
 }
 
 /// The pure decision on the other nodes: every one must use peer TLS if
 /// this one does, and none if it does not.
-pub fn judge_peers(ours: &Claim, others: &[(String, Claim)]) -> Result<(), String> {
-    let with = |tls: bool| match tls {
-        true => "with --cluster-peer-* (mutual TLS between nodes)",
-        false => "without --cluster-peer-* (clear text between nodes)",
-    };
+pub fn judge_peers(ours: &Claim, others: &[(String, Claim)]) -> Result<(), ClaimError> {
     match others.iter().find(|(_, c)| c.peer_tls != ours.peer_tls) {
         None => Ok(()),
-        Some((node, other)) => Err(format!(
-            "node {node} at {} runs {}, this node {}: its clients would be relayed to a port \
-             that cannot read them. Every node of a cluster must give the same \
-             --cluster-peer-* flags",
-            other.addr,
-            with(other.peer_tls),
-            with(ours.peer_tls)
-        )),
+        Some((node, other)) => Err(ClaimError::PeerTlsDiffers {
+            node: node.clone(),
+            addr: other.addr.clone(),
+            theirs: other.peer_tls,
+            ours: ours.peer_tls,
+        }),
     }
 }
 
@@ -96,8 +134,9 @@ pub async fn stake(
         .map_err(|e| passing("reading", &e))?;
     let live = own.as_ref().filter(|e| e.operation == Operation::Put);
     let found = live.and_then(|e| serde_json::from_slice::<Claim>(&e.value).ok());
-    judge_id(node, ours, found.as_ref(), ttl).map_err(Trouble::Refused)?;
-    judge_peers(ours, &others(store, &key).await?).map_err(Trouble::Refused)?;
+    let refused = |e: ClaimError| Trouble::Refused(e.to_string());
+    judge_id(node, ours, found.as_ref(), ttl).map_err(refused)?;
+    judge_peers(ours, &others(store, &key).await?).map_err(refused)?;
     let revision = own.map_or(0, |e| e.revision);
     store
         .update(&key, encode(ours), revision)
@@ -108,22 +147,25 @@ pub async fn stake(
 
 /// Every live claim but `own_key`'s, with its node id.
 async fn others(store: &kv::Store, own_key: &str) -> Result<Vec<(String, Claim)>, Trouble> {
-    let mut claims = all(store).await.map_err(Trouble::Passing)?;
+    let mut claims = all(store)
+        .await
+        .map_err(|e| Trouble::Passing(e.to_string()))?;
     claims.retain(|(node, _)| format!("{PREFIX}{node}") != own_key);
     Ok(claims)
 }
 
 /// Every live claim, with its node id, in the ids' order.
-pub async fn all(store: &kv::Store) -> Result<Vec<(String, Claim)>, String> {
-    let failed = |e: &dyn std::fmt::Display| format!("listing the node claims: {e}");
-    let mut keys = store.keys().await.map_err(|e| failed(&e))?;
+pub async fn all(store: &kv::Store) -> Result<Vec<(String, Claim)>, ClaimError> {
+    let failed = |e| ClaimError::Listing(Box::new(e));
+    let mut keys = store.keys().await.map_err(failed)?;
     let mut claims = Vec::new();
     while let Some(key) = keys.next().await {
-        let key = key.map_err(|e| failed(&e))?;
+        let key = key.map_err(|e| ClaimError::Listing(Box::new(e)))?;
         let Some(node) = key.strip_prefix(PREFIX) else {
             continue;
         };
-        let value = store.get(&key).await.map_err(|e| failed(&e))?;
+        let value = store.get(&key).await;
+        let value = value.map_err(|e| ClaimError::Listing(Box::new(e)))?;
         if let Some(claim) = value.and_then(|v| serde_json::from_slice(&v).ok()) {
             claims.push((node.to_string(), claim));
         }
@@ -148,11 +190,14 @@ pub async fn keep(store: kv::Store, node: String, ours: Claim, ttl: Duration) {
 /// Takes this node's claim back at a graceful stop, so the id is free at
 /// once (for the same node started elsewhere); the caller has stopped
 /// [`keep`] first.
-pub async fn withdraw(store: &kv::Store, node: &str) -> Result<(), String> {
+pub async fn withdraw(store: &kv::Store, node: &str) -> Result<(), ClaimError> {
     store
         .delete(format!("{PREFIX}{node}"))
         .await
-        .map_err(|e| format!("withdrawing this node's claim on --node-id {node}: {e}"))
+        .map_err(|error| ClaimError::Withdrawing {
+            node: node.to_string(),
+            error,
+        })
 }
 
 fn encode(claim: &Claim) -> Bytes {
@@ -185,7 +230,9 @@ mod tests {
             let judged = judge_id("n1", &ours, found.as_ref(), ttl);
             assert_eq!(judged.is_err(), refused, "{found:?}: {judged:?}");
         }
-        let e = judge_id("n1", &ours, Some(&claim("10.0.0.6:11300", false)), ttl).unwrap_err();
+        let e = judge_id("n1", &ours, Some(&claim("10.0.0.6:11300", false)), ttl)
+            .unwrap_err()
+            .to_string();
         for part in ["--node-id n1", "node at 10.0.0.6:11300", "1500 ms"] {
             assert!(e.contains(part), "{part:?}: {e}");
         }
@@ -211,7 +258,9 @@ mod tests {
             let judged = judge_peers(&claim("me:1", tls), &others(theirs));
             assert_eq!(judged.is_err(), refused, "{tls} {theirs:?}: {judged:?}");
         }
-        let e = judge_peers(&claim("me:1", false), &others(&[false, true])).unwrap_err();
+        let e = judge_peers(&claim("me:1", false), &others(&[false, true]))
+            .unwrap_err()
+            .to_string();
         for part in [
             "node n1 at h1:1",
             "runs with --cluster-peer-*",

@@ -5,10 +5,34 @@ use std::time::Duration;
 use clap::Args;
 
 use super::lease::Timing;
-use super::link::{Link, LinkArgs};
+use super::link::{Link, LinkArgs, LinkError};
 use super::meta::check_node_id;
-use super::peers::{relay_rule, PeerArgs, Peers};
-use super::subjects::Subjects;
+use super::peers::{relay_rule, PeerArgs, PeerError, Peers};
+use super::subjects::{NameError, Subjects};
+
+/// Why the cluster flags cannot be used as given.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--cluster keeps jobs in NATS JetStream: leave out -b")]
+    Binlog,
+    #[error(
+        "--cluster needs --cluster-name NAME: the nodes with the same name share one job \
+         state (the same name on every node of the cluster)"
+    )]
+    NoName,
+    #[error("--cluster needs --node-id, unique in the cluster")]
+    NoNodeId,
+    #[error("-l {0} is not an address other nodes can reach: give --cluster-advertise HOST:PORT")]
+    Unreachable(String),
+    #[error("--cluster-replicas: 1 to 5 (JetStream's limit)")]
+    Replicas,
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Peers(#[from] PeerError),
+}
 
 #[derive(Clone, Debug, Args)]
 pub struct ClusterArgs {
@@ -87,19 +111,16 @@ impl Options {
         port: u16,
         binlog: bool,
         guards: &[&str],
-    ) -> Result<Option<Options>, String> {
+    ) -> Result<Option<Options>, ConfigError> {
         let Some(urls) = &args.urls else {
             return Ok(None);
         };
         if binlog {
-            return Err("--cluster keeps jobs in NATS JetStream: leave out -b".into());
+            return Err(ConfigError::Binlog);
         }
         let name = cluster_name(args.name.as_deref())?;
         let link = Link::from_args(urls, &args.link)?;
-        let node = args
-            .node_id
-            .clone()
-            .ok_or("--cluster needs --node-id, unique in the cluster")?;
+        let node = args.node_id.clone().ok_or(ConfigError::NoNodeId)?;
         check_node_id(&node)?;
         let peers = Peers::from_args(&args.peers)?;
         relay_rule(peers.is_some(), guards, args.link.nats_insecure)?;
@@ -109,7 +130,7 @@ impl Options {
             (None, None) => default_advertise(listen, port)?,
         };
         if !(1..=5).contains(&args.replicas) {
-            return Err("--cluster-replicas: 1 to 5 (JetStream's limit)".into());
+            return Err(ConfigError::Replicas);
         }
         Ok(Some(Options {
             link,
@@ -126,22 +147,17 @@ impl Options {
 /// `--cluster-name`, which has no default: a node started without it, or
 /// with a misspelling, would otherwise form a cluster of its own in
 /// silence (its own stream and lease), and serve jobs nobody else sees.
-fn cluster_name(name: Option<&str>) -> Result<String, String> {
-    let name = name.ok_or(
-        "--cluster needs --cluster-name NAME: the nodes with the same name share one job \
-         state (the same name on every node of the cluster)",
-    )?;
+fn cluster_name(name: Option<&str>) -> Result<String, ConfigError> {
+    let name = name.ok_or(ConfigError::NoName)?;
     Subjects::new(name)?;
     Ok(name.to_string())
 }
 
 /// The first `-l` address with `-p`, unless it names no one host.
-fn default_advertise(listen: &[String], port: u16) -> Result<String, String> {
+fn default_advertise(listen: &[String], port: u16) -> Result<String, ConfigError> {
     let first = listen.first().map(String::as_str).unwrap_or("127.0.0.1");
     if first.starts_with("unix:") || first == "0.0.0.0" || first == "::" || first.is_empty() {
-        return Err(format!(
-            "-l {first} is not an address other nodes can reach: give --cluster-advertise HOST:PORT"
-        ));
+        return Err(ConfigError::Unreachable(first.to_string()));
     }
     Ok(if first.contains(':') {
         format!("[{first}]:{port}")
@@ -214,7 +230,9 @@ mod tests {
                 "--cluster needs --cluster-name",
             ),
         ] {
-            let err = Options::from_args(&a, &l(listen), 1, binlog, &[]).unwrap_err();
+            let err = Options::from_args(&a, &l(listen), 1, binlog, &[])
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(why), "{err}");
         }
     }
@@ -233,7 +251,9 @@ mod tests {
         };
         let guards = ["--auth", "--tls-listen"];
         let options = |a: &ClusterArgs, guards: &[&str]| {
-            Options::from_args(a, &l("0.0.0.0"), 11300, false, guards).map(Option::unwrap)
+            Options::from_args(a, &l("0.0.0.0"), 11300, false, guards)
+                .map(Option::unwrap)
+                .map_err(|e| e.to_string())
         };
         let ok = options(&peers(None, "10.0.0.5:11400"), &guards).unwrap();
         assert_eq!(ok.advertise, "10.0.0.5:11400");

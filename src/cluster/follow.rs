@@ -22,10 +22,23 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use sprout_protocol::JobId;
 
-use super::meta::Meta;
+use super::meta::{Meta, MetaError};
 use super::subjects::Subject;
 use crate::engine::{JobImage, Stored, Time};
 use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Packed, Slot};
+
+/// A stream message this node cannot apply.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("the page in slot {slot} (stream sequence {seq}): {error}")]
+    Corrupt {
+        slot: Slot,
+        seq: u64,
+        error: Corrupt,
+    },
+}
 
 /// What the engine replica must do for a message.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,7 +116,7 @@ impl Pages {
         subject: Subject,
         payload: Bytes,
         changes: &mut Vec<Change>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PageError> {
         self.last_seq = seq;
         let slot = match subject {
             Subject::Meta => {
@@ -112,7 +125,7 @@ impl Pages {
             }
             Subject::Page(slot) => slot,
         };
-        let bad = |e| format!("the page in slot {slot} (stream sequence {seq}): {e}");
+        let bad = |error| PageError::Corrupt { slot, seq, error };
         if let Some(old) = self.by_slot.remove(&slot) {
             let (old_seq, _) = page_entries(&old).map_err(bad)?;
             self.log.unfollow_page(old_seq);

@@ -7,14 +7,14 @@ use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::lease::{encode, Deposed, Lease, KEY};
+use super::lease::{encode, Deposed, Lease, LeaseError, KEY};
 use super::timing::{Standing, Timing};
 
 impl Lease {
     /// Takes the lease if nobody holds it: `None` when someone does. (Not
     /// the crate's `create`: it reads through any replica, and a lagging
     /// one turns a lost race into an error.)
-    pub async fn try_acquire(&self, node: &str, addr: &str) -> Result<Option<Held>, String> {
+    pub async fn try_acquire(&self, node: &str, addr: &str) -> Result<Option<Held>, LeaseError> {
         let value = encode(node, addr);
         // Revision 0: only if the key has no message at all.
         if let Some(held) = self.take(&value, 0).await? {
@@ -29,7 +29,11 @@ impl Lease {
 
     /// Writes this node's value over `revision` (0: over nothing); `None`
     /// if the key moved on meanwhile.
-    pub(super) async fn take(&self, value: &Bytes, revision: u64) -> Result<Option<Held>, String> {
+    pub(super) async fn take(
+        &self,
+        value: &Bytes,
+        revision: u64,
+    ) -> Result<Option<Held>, LeaseError> {
         let sent = Instant::now();
         match self.store().update(KEY, value.clone(), revision).await {
             Ok(revision) => Ok(Some(Held {
@@ -41,7 +45,7 @@ impl Lease {
                 deposed: None,
             })),
             Err(e) if lost_race(&e) => Ok(None),
-            Err(e) => Err(format!("taking the lease: {e}")),
+            Err(e) => Err(LeaseError::Taking(e)),
         }
     }
 }
@@ -135,11 +139,11 @@ impl Held {
 
     /// Gives the lease up (a graceful stop), so a standby need not wait out
     /// the TTL. Does nothing to a lease someone else holds by now.
-    pub async fn release(self) -> Result<(), String> {
+    pub async fn release(self) -> Result<(), LeaseError> {
         self.store
             .delete_expect_revision(KEY, Some(self.revision))
             .await
-            .map_err(|e| format!("releasing the lease: {e}"))
+            .map_err(LeaseError::Releasing)
     }
 }
 

@@ -27,13 +27,13 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::stream::LastRawMessageErrorKind;
+use async_nats::jetstream::stream::{LastRawMessageError, LastRawMessageErrorKind};
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::stream::Trouble;
-use super::subjects::Subjects;
+use super::subjects::{NameError, Subjects};
 pub use super::timing::{Observed, Standing, Timing};
 
 /// The key inside the bucket.
@@ -45,23 +45,51 @@ pub fn replicas(cluster_nodes: usize) -> usize {
     cluster_nodes.clamp(1, 3)
 }
 
-/// Whether this node's lease TTL `ours` is the bucket's `theirs`.
-fn agree(bucket: &str, theirs: Duration, ours: Duration) -> Result<(), String> {
-    if theirs == ours {
-        return Ok(());
-    }
-    Err(format!(
+/// Why the lease could not be read, taken, kept or given up.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// This node's TTL is not the bucket's.
+    #[error(
         "the lease bucket {bucket} has a TTL of {} ms, this node's --cluster-lease-ms is {}: \
          every node of a cluster must use the same (to change it, stop every node and \
          delete the bucket, e.g. `nats kv del {bucket}`)",
         theirs.as_millis(),
         ours.as_millis()
-    ))
+    )]
+    Disagree {
+        bucket: String,
+        theirs: Duration,
+        ours: Duration,
+    },
+    #[error("reading the lease: {0}")]
+    Reading(#[from] LastRawMessageError),
+    #[error("the lease holds no holder: {0}")]
+    NoHolder(#[from] serde_json::Error),
+    #[error("taking the lease: {0}")]
+    Taking(kv::UpdateError),
+    #[error("releasing the lease: {0}")]
+    Releasing(kv::DeleteError),
+    #[error("watching the lease: {0}")]
+    Watching(#[from] kv::WatchError),
+    #[error("the lease: no answer")]
+    NoAnswer,
+}
+
+/// Whether this node's lease TTL `ours` is the bucket's `theirs`.
+fn agree(bucket: &str, theirs: Duration, ours: Duration) -> Result<(), LeaseError> {
+    if theirs == ours {
+        return Ok(());
+    }
+    Err(LeaseError::Disagree {
+        bucket: bucket.to_string(),
+        theirs,
+        ours,
+    })
 }
 
 /// The bucket holding cluster `cluster`'s lease (a name `subjects.rs`
 /// accepts).
-pub fn bucket_name(cluster: &str) -> Result<String, String> {
+pub fn bucket_name(cluster: &str) -> Result<String, NameError> {
     Subjects::new(cluster).map(|s| format!("sprout-{}-lease", s.name()))
 }
 
@@ -108,7 +136,8 @@ impl Lease {
         timing: Timing,
         replicas: usize,
     ) -> Result<Lease, Trouble> {
-        let bucket = bucket_name(cluster).map_err(Trouble::Refused)?;
+        let refused = |e: &dyn std::fmt::Display| Trouble::Refused(e.to_string());
+        let bucket = bucket_name(cluster).map_err(|e| refused(&e))?;
         let stream = format!("KV_{bucket}");
         let ttl = match js.get_stream(&stream).await {
             Ok(mut found) => {
@@ -121,7 +150,7 @@ impl Lease {
         };
         let store = match ttl {
             Some(ttl) => {
-                agree(&bucket, ttl, timing.ttl).map_err(Trouble::Refused)?;
+                agree(&bucket, ttl, timing.ttl).map_err(|e| refused(&e))?;
                 js.get_key_value(&bucket).await.map_err(|e| {
                     Trouble::Passing(format!("opening the lease bucket {bucket}: {e}"))
                 })?
@@ -160,14 +189,14 @@ impl Lease {
     }
 
     /// Who holds the lease now, if anyone.
-    pub async fn current(&self) -> Result<Option<Holder>, String> {
+    pub async fn current(&self) -> Result<Option<Holder>, LeaseError> {
         Ok(self.latest().await?.and_then(|(_, holder)| holder))
     }
 
     /// The key's last message, read from the bucket's stream leader (not a
     /// replica, which may lag): its revision, and the holder unless it is a
     /// release's delete marker.
-    pub(super) async fn latest(&self) -> Result<Option<(u64, Option<Holder>)>, String> {
+    pub(super) async fn latest(&self) -> Result<Option<(u64, Option<Holder>)>, LeaseError> {
         let subject = format!("{}{KEY}", self.store.prefix);
         let message = match self
             .store
@@ -177,7 +206,7 @@ impl Lease {
         {
             Ok(message) => message,
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
-            Err(e) => return Err(format!("reading the lease: {e}")),
+            Err(e) => return Err(e.into()),
         };
         let marker = message
             .headers
@@ -186,8 +215,7 @@ impl Lease {
         if marker {
             return Ok(Some((message.sequence, None)));
         }
-        let mut holder: Holder = serde_json::from_slice(&message.payload)
-            .map_err(|e| format!("the lease holds no holder: {e}"))?;
+        let mut holder: Holder = serde_json::from_slice(&message.payload)?;
         holder.revision = message.sequence;
         Ok(Some((message.sequence, Some(holder))))
     }
@@ -217,8 +245,10 @@ mod tests {
     #[test]
     fn nodes_must_agree_on_the_ttl() {
         let ms = Duration::from_millis;
-        assert_eq!(agree("b", ms(1500), ms(1500)), Ok(()));
-        let err = agree("sprout-c-lease", ms(1500), ms(3000)).unwrap_err();
+        assert!(agree("b", ms(1500), ms(1500)).is_ok());
+        let err = agree("sprout-c-lease", ms(1500), ms(3000))
+            .unwrap_err()
+            .to_string();
         for part in ["1500 ms", "is 3000", "sprout-c-lease"] {
             assert!(err.contains(part), "{err}");
         }

@@ -93,6 +93,75 @@ pub struct LinkArgs {
     pub nats_insecure: bool,
 }
 
+/// Why the link's flags cannot be used, or NATS was not reached.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("{url:?}: {error}")]
+    Url {
+        url: String,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error(
+        "a NATS URL holds a user or password: give them with \
+         --cluster-user and --cluster-password-file (or --cluster-creds, \
+         --cluster-nkey) instead, out of `ps` and the logs"
+    )]
+    SecretInUrl,
+    #[error("no NATS URL given")]
+    NoUrl,
+    /// A flag given without the one it goes with.
+    #[error("{flag} needs {needs}")]
+    Alone {
+        flag: &'static str,
+        needs: &'static str,
+    },
+    #[error(
+        "NATS credentials: give one of --cluster-creds, \
+         --cluster-user (with --cluster-password-file) or --cluster-nkey"
+    )]
+    TwoKinds,
+    #[error(
+        "{server} is not on this host and the link to it would be clear text, \
+         so anyone on the network could read and forge the cluster's jobs: \
+         turn TLS on (a tls:// URL, or --cluster-tls-ca FILE) or, on a network \
+         you trust, say so with --cluster-insecure"
+    )]
+    ClearText { server: String },
+    #[error("--cluster-creds {}: {error}", file.display())]
+    Creds {
+        file: PathBuf,
+        #[source]
+        error: std::io::Error,
+    },
+    /// A secret's file that could not be read (`http::config::read_token`
+    /// words it).
+    #[error("{0}")]
+    Unread(String),
+    #[error("{flag} {}: empty", file.display())]
+    Empty { flag: &'static str, file: PathBuf },
+    #[error("--cluster-nkey {}: not an NKey user seed (a line starting SU)", .0.display())]
+    NotNKey(PathBuf),
+    #[error("{flag} {}: {error}", file.display())]
+    Pem {
+        flag: &'static str,
+        file: PathBuf,
+        #[source]
+        error: rustls_pki_types::pem::Error,
+    },
+    #[error("{flag} {}: no PEM certificate in it", file.display())]
+    NoCert { flag: &'static str, file: PathBuf },
+    #[error("NATS at {servers} refused this node: {why}")]
+    Refused { servers: String, why: String },
+    #[error("cannot reach NATS at {servers} (tried for {tried:?}): {error}")]
+    Unreachable {
+        servers: String,
+        tried: Duration,
+        #[source]
+        error: ConnectError,
+    },
+}
+
 /// How a node proves who it is to NATS (file names: no secret is held).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Credentials {
@@ -129,14 +198,14 @@ pub struct Link {
 
 impl Link {
     /// The link to the comma-separated `urls` that `args` ask for.
-    pub fn from_args(urls: &str, args: &LinkArgs) -> Result<Link, String> {
+    pub fn from_args(urls: &str, args: &LinkArgs) -> Result<Link, LinkError> {
         let servers = parse_servers(urls)?;
         let credentials = credentials(args)?;
         let client_cert = match (&args.nats_tls_cert, &args.nats_tls_key) {
             (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
             (None, None) => None,
-            (Some(_), None) => return Err("--cluster-tls-cert needs --cluster-tls-key".into()),
-            (None, Some(_)) => return Err("--cluster-tls-key needs --cluster-tls-cert".into()),
+            (Some(_), None) => return Err(alone("--cluster-tls-cert", "--cluster-tls-key")),
+            (None, Some(_)) => return Err(alone("--cluster-tls-key", "--cluster-tls-cert")),
         };
         let tls_flags = args.nats_tls_ca.is_some() || client_cert.is_some();
         let transport = transport(&servers, tls_flags, args.nats_insecure)?;
@@ -158,22 +227,31 @@ impl Link {
     /// async-nats's options for this link, reading the secrets' files and
     /// checking the certificates' (so a wrong file is named now, not as a
     /// handshake failure later).
-    pub async fn options(&self, node: &str) -> Result<ConnectOptions, String> {
+    pub async fn options(&self, node: &str) -> Result<ConnectOptions, LinkError> {
         let mut options = ConnectOptions::new().name(format!("sprout {node}"));
         options = match &self.credentials {
             Credentials::None => options,
-            Credentials::Creds(file) => options
-                .credentials_file(file)
-                .await
-                .map_err(|e| format!("--cluster-creds {}: {e}", file.display()))?,
+            Credentials::Creds(file) => {
+                options
+                    .credentials_file(file)
+                    .await
+                    .map_err(|error| LinkError::Creds {
+                        file: file.clone(),
+                        error,
+                    })?
+            }
             Credentials::User {
                 name,
                 password_file,
             } => {
                 let flag = "--cluster-password-file";
-                let password = crate::http::config::read_token(password_file, flag)?;
+                let password = crate::http::config::read_token(password_file, flag)
+                    .map_err(LinkError::Unread)?;
                 if password.is_empty() {
-                    return Err(format!("{flag} {}: empty", password_file.display()));
+                    return Err(LinkError::Empty {
+                        flag,
+                        file: password_file.clone(),
+                    });
                 }
                 options.user_and_password(name.clone(), password)
             }
@@ -185,8 +263,11 @@ impl Link {
         }
         if let Some((cert, key)) = &self.client_cert {
             check_certs(cert, "--cluster-tls-cert")?;
-            PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("--cluster-tls-key {}: {e}", key.display()))?;
+            PrivateKeyDer::from_pem_file(key).map_err(|error| LinkError::Pem {
+                flag: "--cluster-tls-key",
+                file: key.clone(),
+                error,
+            })?;
             options = options.add_client_certificate(cert.clone(), key.clone());
         }
         Ok(match self.transport {
@@ -198,34 +279,34 @@ impl Link {
 
 /// The `--cluster` URLs. A user or password in one is refused: it would
 /// show in `ps`, the environment and every message that names the URL.
-fn parse_servers(urls: &str) -> Result<Vec<ServerAddr>, String> {
+fn parse_servers(urls: &str) -> Result<Vec<ServerAddr>, LinkError> {
     let mut servers = Vec::new();
     for url in urls.split(',').map(str::trim).filter(|u| !u.is_empty()) {
-        let server = ServerAddr::from_str(url).map_err(|e| format!("{url:?}: {e}"))?;
+        let server = ServerAddr::from_str(url).map_err(|error| LinkError::Url {
+            url: url.to_string(),
+            error,
+        })?;
         if server.has_user_pass() || server.password().is_some() {
-            return Err("a NATS URL holds a user or password: give them with \
-                        --cluster-user and --cluster-password-file (or --cluster-creds, \
-                        --cluster-nkey) instead, out of `ps` and the logs"
-                .into());
+            return Err(LinkError::SecretInUrl);
         }
         servers.push(server);
     }
     if servers.is_empty() {
-        return Err("no NATS URL given".into());
+        return Err(LinkError::NoUrl);
     }
     Ok(servers)
 }
 
 /// The one kind of credentials the flags give, if any.
-fn credentials(args: &LinkArgs) -> Result<Credentials, String> {
+fn credentials(args: &LinkArgs) -> Result<Credentials, LinkError> {
     let user = match (&args.nats_user, &args.nats_password_file) {
         (Some(name), Some(file)) => Some(Credentials::User {
             name: name.clone(),
             password_file: file.clone(),
         }),
         (None, None) => None,
-        (Some(_), None) => return Err("--cluster-user needs --cluster-password-file".into()),
-        (None, Some(_)) => return Err("--cluster-password-file needs --cluster-user".into()),
+        (Some(_), None) => return Err(alone("--cluster-user", "--cluster-password-file")),
+        (None, Some(_)) => return Err(alone("--cluster-password-file", "--cluster-user")),
     };
     let given: Vec<Credentials> = [
         args.nats_creds.clone().map(Credentials::Creds),
@@ -238,10 +319,12 @@ fn credentials(args: &LinkArgs) -> Result<Credentials, String> {
     match <[Credentials; 1]>::try_from(given) {
         Ok([one]) => Ok(one),
         Err(none) if none.is_empty() => Ok(Credentials::None),
-        Err(_) => Err("NATS credentials: give one of --cluster-creds, \
-                       --cluster-user (with --cluster-password-file) or --cluster-nkey"
-            .into()),
+        Err(_) => Err(LinkError::TwoKinds),
     }
+}
+
+fn alone(flag: &'static str, needs: &'static str) -> LinkError {
+    LinkError::Alone { flag, needs }
 }
 
 /// The rule of the module docs: TLS if asked for (the flags, or a
@@ -251,7 +334,7 @@ pub fn transport(
     servers: &[ServerAddr],
     tls_flags: bool,
     insecure: bool,
-) -> Result<Transport, String> {
+) -> Result<Transport, LinkError> {
     if tls_flags || servers.iter().any(|s| matches!(s.scheme(), "tls" | "wss")) {
         return Ok(Transport::Tls);
     }
@@ -261,13 +344,9 @@ pub fn transport(
     if insecure {
         return Ok(Transport::Insecure);
     }
-    Err(format!(
-        "{} is not on this host and the link to it would be clear text, \
-         so anyone on the network could read and forge the cluster's jobs: \
-         turn TLS on (a tls:// URL, or --cluster-tls-ca FILE) or, on a network \
-         you trust, say so with --cluster-insecure",
-        remote.as_url_str()
-    ))
+    Err(LinkError::ClearText {
+        server: remote.as_url_str().to_string(),
+    })
 }
 
 /// `localhost`, or an address in 127.0.0.0/8 or `::1` (also IPv4-mapped).
@@ -279,36 +358,37 @@ fn is_loopback(host: &str) -> bool {
 }
 
 /// The NKey user seed in `file` (its first line), checked.
-fn read_nkey(file: &Path) -> Result<String, String> {
-    let flag = "--cluster-nkey";
-    let seed = crate::http::config::read_token(file, flag)?;
+fn read_nkey(file: &Path) -> Result<String, LinkError> {
+    let seed =
+        crate::http::config::read_token(file, "--cluster-nkey").map_err(LinkError::Unread)?;
     let pair = nkeys::KeyPair::from_seed(&seed);
     match pair {
         Ok(pair) if pair.public_key().starts_with('U') => Ok(seed),
         // Never the seed itself in the message.
-        _ => Err(format!(
-            "{flag} {}: not an NKey user seed (a line starting SU)",
-            file.display()
-        )),
+        _ => Err(LinkError::NotNKey(file.to_path_buf())),
     }
 }
 
 /// Fails unless `file` holds at least one PEM certificate.
-fn check_certs(file: &Path, flag: &str) -> Result<(), String> {
+fn check_certs(file: &Path, flag: &'static str) -> Result<(), LinkError> {
     let certs: Vec<CertificateDer> = CertificateDer::pem_file_iter(file)
         .and_then(|certs| certs.collect())
-        .map_err(|e| format!("{flag} {}: {e}", file.display()))?;
+        .map_err(|error| LinkError::Pem {
+            flag,
+            file: file.to_path_buf(),
+            error,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "{flag} {}: no PEM certificate in it",
-            file.display()
-        ));
+        return Err(LinkError::NoCert {
+            flag,
+            file: file.to_path_buf(),
+        });
     }
     Ok(())
 }
 
 /// Connects to the link's servers (see the module docs for when it gives up).
-pub async fn connect(link: &Link, node: &str) -> Result<Client, String> {
+pub async fn connect(link: &Link, node: &str) -> Result<Client, LinkError> {
     let started = Instant::now();
     loop {
         let options = link.options(node).await?;
@@ -323,13 +403,14 @@ pub async fn connect(link: &Link, node: &str) -> Result<Client, String> {
         };
         let servers = link.describe();
         if let Some(why) = refusal(&error, &link.credentials) {
-            return Err(format!("NATS at {servers} refused this node: {why}"));
+            return Err(LinkError::Refused { servers, why });
         }
         if started.elapsed() >= REACH_PATIENCE {
-            let tried = REACH_PATIENCE;
-            return Err(format!(
-                "cannot reach NATS at {servers} (tried for {tried:?}): {error}"
-            ));
+            return Err(LinkError::Unreachable {
+                servers,
+                tried: REACH_PATIENCE,
+                error,
+            });
         }
         tracing::warn!("cannot reach NATS at {servers}: {error}; trying again");
         tokio::time::sleep(REACH_RETRY).await;
@@ -366,183 +447,5 @@ fn hint(credentials: &Credentials) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn servers(urls: &str) -> Vec<ServerAddr> {
-        parse_servers(urls).unwrap()
-    }
-
-    #[test]
-    fn clear_text_only_on_this_host_unless_tls_or_insecure() {
-        use Transport::*;
-        let loopback =
-            "nats://127.0.0.1:4222,localhost:4223,[::1]:4224,127.0.0.2,[::ffff:127.0.0.1]";
-        let remote = "nats://10.0.0.5:4222";
-        let mixed = "nats://127.0.0.1:4222,nats://nats.internal:4222";
-        // (urls, TLS flags, --cluster-insecure, outcome)
-        let table: [(&str, bool, bool, Result<Transport, ()>); 14] = [
-            (loopback, false, false, Ok(Loopback)),
-            (loopback, false, true, Ok(Loopback)),
-            (loopback, true, false, Ok(Tls)),
-            (remote, false, false, Err(())),
-            (remote, false, true, Ok(Insecure)),
-            (remote, true, false, Ok(Tls)),
-            (mixed, false, false, Err(())),
-            (mixed, false, true, Ok(Insecure)),
-            ("tls://nats.example:4222", false, false, Ok(Tls)),
-            ("tls://a:4222,nats://b:4222", false, false, Ok(Tls)),
-            ("wss://nats.example", false, false, Ok(Tls)),
-            ("ws://nats.example", false, false, Err(())),
-            ("nats://127.0.0.1.example.com", false, false, Err(())),
-            ("nats://0.0.0.0:4222", false, false, Err(())),
-        ];
-        for (urls, tls, insecure, want) in table {
-            let got = transport(&servers(urls), tls, insecure);
-            match (&got, want) {
-                (Ok(t), Ok(w)) => assert_eq!(*t, w, "{urls} tls={tls} insecure={insecure}"),
-                (Err(e), Err(())) => {
-                    for needed in ["--cluster-tls-ca", "tls://", "--cluster-insecure"] {
-                        assert!(e.contains(needed), "{urls}: {e}");
-                    }
-                }
-                _ => panic!("{urls} tls={tls} insecure={insecure}: {got:?}"),
-            }
-        }
-        let e = transport(&servers(mixed), false, false).unwrap_err();
-        assert!(e.contains("nats://nats.internal:4222"), "{e}");
-    }
-
-    fn args() -> LinkArgs {
-        LinkArgs::default()
-    }
-
-    #[test]
-    fn one_kind_of_credentials_and_whole_pairs() {
-        let f = |s: &str| Some(PathBuf::from(s));
-        let user = |a: LinkArgs| LinkArgs {
-            nats_user: Some("u".into()),
-            nats_password_file: f("pw"),
-            ..a
-        };
-        let creds = |a: LinkArgs| LinkArgs {
-            nats_creds: f("c"),
-            ..a
-        };
-        let nkey = |a: LinkArgs| LinkArgs {
-            nats_nkey: f("k"),
-            ..a
-        };
-        let ok: [(LinkArgs, Credentials); 4] = [
-            (args(), Credentials::None),
-            (creds(args()), Credentials::Creds("c".into())),
-            (nkey(args()), Credentials::NKey("k".into())),
-            (
-                user(args()),
-                Credentials::User {
-                    name: "u".into(),
-                    password_file: "pw".into(),
-                },
-            ),
-        ];
-        for (a, want) in ok {
-            let link = Link::from_args("127.0.0.1", &a).unwrap();
-            assert_eq!(link.credentials, want);
-        }
-        let one_of = "give one of --cluster-creds, --cluster-user";
-        let bad: [(LinkArgs, &str, &str); 9] = [
-            (creds(nkey(args())), "127.0.0.1", one_of),
-            (creds(user(args())), "127.0.0.1", one_of),
-            (nkey(user(args())), "127.0.0.1", one_of),
-            (
-                LinkArgs {
-                    nats_user: Some("u".into()),
-                    ..args()
-                },
-                "127.0.0.1",
-                "--cluster-user needs --cluster-password-file",
-            ),
-            (
-                LinkArgs {
-                    nats_password_file: f("pw"),
-                    ..args()
-                },
-                "127.0.0.1",
-                "--cluster-password-file needs --cluster-user",
-            ),
-            (
-                LinkArgs {
-                    nats_tls_cert: f("c.pem"),
-                    ..args()
-                },
-                "127.0.0.1",
-                "--cluster-tls-cert needs --cluster-tls-key",
-            ),
-            (
-                LinkArgs {
-                    nats_tls_key: f("k.pem"),
-                    ..args()
-                },
-                "127.0.0.1",
-                "--cluster-tls-key needs --cluster-tls-cert",
-            ),
-            (
-                args(),
-                "nats://u:secret@127.0.0.1",
-                "--cluster-password-file",
-            ),
-            (args(), " , ", "no NATS URL"),
-        ];
-        for (a, urls, why) in bad {
-            let e = Link::from_args(urls, &a).unwrap_err();
-            assert!(e.contains(why), "{urls} {a:?}: {e}");
-            assert!(!e.contains("secret"), "{e}");
-        }
-        let cert = LinkArgs {
-            nats_tls_cert: f("c.pem"),
-            nats_tls_key: f("k.pem"),
-            ..args()
-        };
-        let link = Link::from_args("nats://10.0.0.5", &cert).unwrap();
-        assert_eq!(link.transport, Transport::Tls);
-    }
-
-    #[test]
-    fn refused_credentials_are_final_silence_is_not() {
-        use ConnectErrorKind::*;
-        let user = Credentials::User {
-            name: "u".into(),
-            password_file: "pw".into(),
-        };
-        // (kind, credentials, final, what the message names)
-        let table = [
-            (
-                AuthorizationViolation,
-                &user,
-                true,
-                "--cluster-password-file",
-            ),
-            (
-                AuthorizationViolation,
-                &Credentials::None,
-                true,
-                "no credentials",
-            ),
-            (
-                Authentication,
-                &Credentials::NKey("k".into()),
-                true,
-                "--cluster-nkey",
-            ),
-            (Tls, &user, true, "TLS"),
-            (Io, &user, false, ""),
-            (TimedOut, &user, false, ""),
-            (Dns, &user, false, ""),
-        ];
-        for (kind, credentials, last, names) in table {
-            let why = refusal(&ConnectError::new(kind), credentials);
-            assert_eq!(why.is_some(), last, "{kind:?}");
-            assert!(why.unwrap_or_default().contains(names), "{kind:?}");
-        }
-    }
-}
+#[path = "link_tests.rs"]
+mod tests;

@@ -10,6 +10,17 @@
 
 use sprout_protocol::JobId;
 
+use super::subjects::NameError;
+
+/// A meta message this node cannot read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error("meta: not UTF-8")]
+    NotUtf8,
+    #[error("meta: cannot read {0:?}")]
+    Unreadable(String),
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
     /// Counts claims: each leader's is one more than the last.
@@ -31,10 +42,10 @@ impl Meta {
         .into_bytes()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Meta, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| "meta: not UTF-8".to_string())?;
+    pub fn decode(bytes: &[u8]) -> Result<Meta, MetaError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| MetaError::NotUtf8)?;
         let mut words = text.split(' ');
-        let bad = || format!("meta: cannot read {text:?}");
+        let bad = || MetaError::Unreadable(text.to_string());
         if words.next() != Some(TAG) {
             return Err(bad());
         }
@@ -56,7 +67,7 @@ impl Meta {
 }
 
 /// A node id is one word of the meta message and of the lease.
-pub fn check_node_id(id: &str) -> Result<(), String> {
+pub fn check_node_id(id: &str) -> Result<(), NameError> {
     let ok = !id.is_empty()
         && id.len() <= 64
         && id
@@ -65,9 +76,7 @@ pub fn check_node_id(id: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "--node-id {id:?}: use 1 to 64 letters, digits, '-', '_' or '.'"
-        ))
+        Err(NameError::Node(id.to_string()))
     }
 }
 

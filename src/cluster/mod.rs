@@ -64,7 +64,7 @@ mod vouch;
 pub mod writer;
 
 pub use bridge::SteppedDown;
-pub use config::{ClusterArgs, Options};
+pub use config::{ClusterArgs, ConfigError, Options};
 pub use peers::PeerTls;
 pub use role::Role;
 pub use side::{start, Side};

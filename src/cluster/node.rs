@@ -26,21 +26,24 @@ use tokio::sync::watch;
 
 use super::claim::{self, Claim};
 use super::config::Options;
+use super::follow::PageError;
 use super::follow::{self, Change, Pages};
 use super::held::Held;
-use super::lease::{Holder, Lease, Standing, Timing};
+use super::lease::{Deposed, Holder, Lease, Standing, Timing};
 use super::link;
+use super::link::LinkError;
 use super::members;
 use super::meta::Meta;
 use super::placement;
-use super::publish;
+use super::publish::{self, Refusal};
 use super::role::Role;
 use super::standby::Standby;
 use super::status::{Part, Teller};
 use super::stream::{self, Trouble};
-use super::subjects::Subjects;
+use super::subjects::{NameError, Subjects};
+use super::timing::TtlTooShort;
 use super::version;
-use super::writer::{ClusterStore, Writer};
+use super::writer::{ClusterStore, WriteError, Writer};
 use crate::engine::{ClusterStats, Engine};
 use crate::shared::Shared;
 
@@ -52,6 +55,44 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How soon a node tries again to set its stream and lease up.
 const SETUP_RETRY: Duration = Duration::from_millis(500);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a node cannot join its cluster, or must stop serving.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error(transparent)]
+    Version(#[from] version::Refused),
+    #[error(transparent)]
+    Ttl(#[from] TtlTooShort),
+    /// The stream or the lease bucket could lose jobs, or this node's
+    /// claim is refused: `Trouble::Refused`'s reason.
+    #[error("{0}")]
+    Setup(String),
+    #[error("cannot read the stream: {0}")]
+    Read(#[source] BoxError),
+    #[error("the stream's consumer ended")]
+    Ended,
+    #[error("reading the stream: {0}")]
+    Reading(#[source] BoxError),
+    #[error("a stream message without its sequence: {0}")]
+    NoSequence(#[source] BoxError),
+    #[error(transparent)]
+    Page(#[from] PageError),
+    /// The lease is lost: its reason alone.
+    #[error("{}", .0 .0)]
+    Deposed(#[from] Deposed),
+    #[error("the lease ran out while claiming: {0}")]
+    LostClaiming(#[source] Refusal),
+    #[error("cannot read the stream's end: {0}")]
+    End(#[source] BoxError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
 
 /// A node connected to its cluster, before it follows anything.
 pub struct Connected {
@@ -89,7 +130,7 @@ impl Connected {
 }
 
 /// Connects to NATS and checks the server, the stream and the lease.
-pub async fn connect(options: &Options) -> Result<Connected, String> {
+pub async fn connect(options: &Options) -> Result<Connected, NodeError> {
     let subjects = Subjects::new(&options.name)?;
     let client = link::connect(&options.link, &options.node).await?;
     version::check(&client)?;
@@ -114,7 +155,7 @@ pub async fn connect(options: &Options) -> Result<Connected, String> {
             Err(trouble) => judge(trouble),
         };
         match opened {
-            Trouble::Refused(why) => return Err(why),
+            Trouble::Refused(why) => return Err(NodeError::Setup(why)),
             Trouble::Passing(why) => tracing::warn!("{why}; trying again"),
         }
         tokio::time::sleep(SETUP_RETRY).await;
@@ -149,7 +190,7 @@ pub async fn run(
     store: Arc<ClusterStore>,
     role: watch::Sender<Role>,
     closed: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), NodeError> {
     let every = node.lease.timing().ttl;
     let members = members::watch(node.lease.store().clone(), every, shared.clone());
     let members = tokio::spawn(members);
@@ -178,7 +219,7 @@ async fn take_over(
     node: &Connected,
     shared: Arc<Shared>,
     role: &watch::Sender<Role>,
-) -> Result<(Follower, Held), String> {
+) -> Result<(Follower, Held), NodeError> {
     let mut follower = Follower::start(node, shared, role.clone()).await?;
     let options = &node.options;
     let mut standby = Standby::new(&node.lease, &options.node, &options.advertise);
@@ -220,7 +261,7 @@ async fn lead(
     store: Arc<ClusterStore>,
     role: &watch::Sender<Role>,
     closed: watch::Receiver<bool>,
-) -> Result<(), String> {
+) -> Result<(), NodeError> {
     let pages = std::mem::take(&mut follower.pages);
     let meta = pages.meta.clone();
     let mut writer = Writer {
@@ -245,8 +286,8 @@ async fn lead(
     });
     role.send_replace(Role::Leader);
     tokio::select! {
-        why = writer.run() => Err(why),
-        deposed = held.keep() => Err(deposed.0),
+        why = writer.run() => Err(why.into()),
+        deposed = held.keep() => Err(deposed.into()),
         () = stopped(closed) => {
             if let Err(e) = held.release().await {
                 tracing::warn!("{e}");
@@ -261,7 +302,7 @@ async fn lead(
 const STALLED: Duration = Duration::from_secs(2);
 
 /// The stream's messages from sequence `from` on, in order.
-async fn tail(stream: &Stream, from: u64) -> Result<jetstream::consumer::pull::Ordered, String> {
+async fn tail(stream: &Stream, from: u64) -> Result<jetstream::consumer::pull::Ordered, NodeError> {
     let consumer = stream
         .create_consumer(OrderedConfig {
             deliver_policy: DeliverPolicy::ByStartSequence {
@@ -270,11 +311,11 @@ async fn tail(stream: &Stream, from: u64) -> Result<jetstream::consumer::pull::O
             ..Default::default()
         })
         .await
-        .map_err(|e| format!("cannot read the stream: {e}"))?;
+        .map_err(|e| NodeError::Read(e.into()))?;
     consumer
         .messages()
         .await
-        .map_err(|e| format!("cannot read the stream: {e}"))
+        .map_err(|e| NodeError::Read(e.into()))
 }
 
 /// A standby's tail of the stream into its engine replica.
@@ -300,12 +341,12 @@ impl Follower {
         node: &Connected,
         shared: Arc<Shared>,
         role: watch::Sender<Role>,
-    ) -> Result<Follower, String> {
+    ) -> Result<Follower, NodeError> {
         let caught_up = node
             .stream
             .get_info()
             .await
-            .map_err(|e| format!("cannot read the stream: {e}"))?
+            .map_err(|e| NodeError::Read(e.into()))?
             .state
             .messages
             == 0;
@@ -330,22 +371,20 @@ impl Follower {
     /// Tails the stream again from the message after the last applied:
     /// an ordered consumer lives on one NATS server, and one on a server
     /// that died may stall until its heartbeats run out.
-    async fn tail_again(&mut self, stream: &Stream) -> Result<(), String> {
+    async fn tail_again(&mut self, stream: &Stream) -> Result<(), NodeError> {
         self.messages = tail(stream, self.pages.last_seq + 1).await?;
         Ok(())
     }
 
     /// Applies the next message of the stream.
-    async fn next(&mut self) -> Result<(), String> {
+    async fn next(&mut self) -> Result<(), NodeError> {
         let message = self
             .messages
             .next()
             .await
-            .ok_or("the stream's consumer ended")?
-            .map_err(|e| format!("reading the stream: {e}"))?;
-        let info = message
-            .info()
-            .map_err(|e| format!("a stream message without its sequence: {e}"))?;
+            .ok_or(NodeError::Ended)?
+            .map_err(|e| NodeError::Reading(e.into()))?;
+        let info = message.info().map_err(NodeError::NoSequence)?;
         let seq = info.stream_sequence;
         self.caught_up = info.pending == 0;
         let Some(subject) = self.subjects.parse(&message.subject) else {
@@ -414,14 +453,14 @@ impl Follower {
     /// Claims the stream (see the module docs): first over what this
     /// caught-up node has read, then, if refused, over the stream's end
     /// read anew. The pages are then the new leader's writer's.
-    async fn claim(&mut self, node: &Connected, held: &mut Held) -> Result<(), String> {
+    async fn claim(&mut self, node: &Connected, held: &mut Held) -> Result<(), NodeError> {
         let mut first = true;
         loop {
             if !std::mem::take(&mut first) {
                 self.read_to_end(node, held).await?;
             }
             if held.standing() != Standing::Fresh {
-                held.renew().await.map_err(|d| d.0)?;
+                held.renew().await?;
             }
             let claim = Meta {
                 epoch: self.pages.meta.epoch + 1,
@@ -443,18 +482,18 @@ impl Follower {
                     return Ok(());
                 }
                 Err(e) if held.standing() == Standing::Deposed => {
-                    return Err(format!("the lease ran out while claiming: {}", e.why()))
+                    return Err(NodeError::LostClaiming(e))
                 }
                 // Routine: the old leader's last batch came in after
                 // what this node read.
-                Err(e) => tracing::info!("claim refused, reading on: {}", e.why()),
+                Err(e) => tracing::info!("claim refused, reading on: {e}"),
             }
         }
     }
 
     /// Reads the stream to its current end, for as long as the lease is
     /// held.
-    async fn read_to_end(&mut self, node: &Connected, held: &Held) -> Result<(), String> {
+    async fn read_to_end(&mut self, node: &Connected, held: &Held) -> Result<(), NodeError> {
         let end = loop {
             match node.stream.get_info().await {
                 Ok(info) => break info.state.last_sequence,
@@ -462,7 +501,7 @@ impl Follower {
                     tracing::warn!("cannot read the stream's end, trying again: {e}");
                     tokio::time::sleep(held.timing().poll_every).await;
                 }
-                Err(e) => return Err(format!("cannot read the stream's end: {e}")),
+                Err(e) => return Err(NodeError::End(e.into())),
             }
         };
         while self.pages.last_seq < end {

@@ -105,6 +105,31 @@ pub struct PeerArgs {
     pub ca: Option<PathBuf>,
 }
 
+/// Why the `--cluster-peer-*` flags cannot be used as given.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    #[error(
+        "--cluster-peer-listen, --cluster-peer-cert, --cluster-peer-key and \
+         --cluster-peer-ca go together: missing {}",
+        .0.join(", ")
+    )]
+    Missing(Vec<&'static str>),
+    #[error(
+        "--cluster-peer-listen {0} is not an address other nodes can reach: \
+         give --cluster-advertise HOST:PORT"
+    )]
+    Unreachable(String),
+    #[error(
+        "this node protects its clients ({}), but a standby would pass them to the \
+         leader in clear text, where they lose their principal: give \
+         --cluster-peer-listen, --cluster-peer-cert, --cluster-peer-key and \
+         --cluster-peer-ca (mutual TLS between the nodes), or --cluster-insecure to \
+         accept that",
+        .0.join(", ")
+    )]
+    ClearRelay(Vec<String>),
+}
+
 /// Peer TLS, as the flags ask for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peers {
@@ -116,14 +141,14 @@ pub struct Peers {
 
 impl Peers {
     /// None without the flags; all four or an error naming the missing.
-    pub fn from_args(args: &PeerArgs) -> Result<Option<Peers>, String> {
+    pub fn from_args(args: &PeerArgs) -> Result<Option<Peers>, PeerError> {
         let named = [
             ("--cluster-peer-listen", args.listen.is_some()),
             ("--cluster-peer-cert", args.cert.is_some()),
             ("--cluster-peer-key", args.key.is_some()),
             ("--cluster-peer-ca", args.ca.is_some()),
         ];
-        let missing: Vec<&str> = named.iter().filter(|f| !f.1).map(|f| f.0).collect();
+        let missing: Vec<&'static str> = named.iter().filter(|f| !f.1).map(|f| f.0).collect();
         match (&args.listen, &args.cert, &args.key, &args.ca) {
             (Some(listen), Some(cert), Some(key), Some(ca)) => Ok(Some(Peers {
                 listen: listen.clone(),
@@ -132,17 +157,13 @@ impl Peers {
                 ca: ca.clone(),
             })),
             _ if missing.len() == named.len() => Ok(None),
-            _ => Err(format!(
-                "--cluster-peer-listen, --cluster-peer-cert, --cluster-peer-key and \
-                 --cluster-peer-ca go together: missing {}",
-                missing.join(", ")
-            )),
+            _ => Err(PeerError::Missing(missing)),
         }
     }
 
     /// Where other nodes reach this one by default: the peer listener's
     /// address, unless it names no one host.
-    pub fn default_advertise(&self) -> Result<String, String> {
+    pub fn default_advertise(&self) -> Result<String, PeerError> {
         let specific = match self.listen.parse::<SocketAddr>() {
             Ok(addr) => !addr.ip().is_unspecified(),
             Err(_) => self
@@ -152,11 +173,7 @@ impl Peers {
         };
         match specific {
             true => Ok(self.listen.clone()),
-            false => Err(format!(
-                "--cluster-peer-listen {} is not an address other nodes can reach: \
-                 give --cluster-advertise HOST:PORT",
-                self.listen
-            )),
+            false => Err(PeerError::Unreachable(self.listen.clone())),
         }
     }
 }
@@ -164,17 +181,12 @@ impl Peers {
 /// Whether a node may pass its clients on as it is set up: `peer_tls`
 /// (the `--cluster-peer-*` flags), `guards` (the flags given that protect
 /// clients: `--auth`, `--tls-listen`), `insecure` (`--cluster-insecure`).
-pub fn relay_rule(peer_tls: bool, guards: &[&str], insecure: bool) -> Result<(), String> {
+pub fn relay_rule(peer_tls: bool, guards: &[&str], insecure: bool) -> Result<(), PeerError> {
     if peer_tls || guards.is_empty() || insecure {
         return Ok(());
     }
-    Err(format!(
-        "this node protects its clients ({}), but a standby would pass them to the \
-         leader in clear text, where they lose their principal: give \
-         --cluster-peer-listen, --cluster-peer-cert, --cluster-peer-key and \
-         --cluster-peer-ca (mutual TLS between the nodes), or --cluster-insecure to \
-         accept that",
-        guards.join(", ")
+    Err(PeerError::ClearRelay(
+        guards.iter().map(|g| g.to_string()).collect(),
     ))
 }
 

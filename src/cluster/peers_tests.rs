@@ -45,7 +45,7 @@ fn all_four_flags_or_none() {
         (args(true, true, false, true), "missing --cluster-peer-key"),
         (args(true, true, true, false), "missing --cluster-peer-ca"),
     ] {
-        let e = Peers::from_args(&a).unwrap_err();
+        let e = Peers::from_args(&a).unwrap_err().to_string();
         assert!(e.ends_with(missing), "{a:?}: {e}");
         assert!(e.contains("go together"), "{e}");
     }
@@ -69,7 +69,10 @@ fn advertised_by_default_only_when_specific() {
     ] {
         match peers(listen).default_advertise() {
             Ok(addr) => assert!(ok && addr == listen, "{listen}: {addr}"),
-            Err(e) => assert!(!ok && e.contains("--cluster-advertise"), "{listen}: {e}"),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(!ok && e.contains("--cluster-advertise"), "{listen}: {e}")
+            }
         }
     }
 }
@@ -91,6 +94,7 @@ fn clear_text_relays_only_where_nothing_is_protected_or_insecure_says_so() {
         match relay_rule(peer_tls, guards, insecure) {
             Ok(()) => assert!(allowed, "{peer_tls} {guards:?} {insecure}"),
             Err(e) => {
+                let e = e.to_string();
                 assert!(!allowed, "{peer_tls} {guards:?} {insecure}: {e}");
                 let needed = [
                     "--cluster-peer-listen",

@@ -79,16 +79,19 @@ pub async fn send(
 }
 
 /// Why a batch was not acknowledged.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// The stream could not take it now (no leader during an election, a
     /// lost connection, no answer in time): it may or may not be stored,
     /// and sending it again, fenced the same way, tells which.
+    #[error("{0}")]
     Passing(String),
     /// The stream does not end where the batch was chained: someone else
     /// wrote, or this very batch is already in (a resent one).
+    #[error("{0}")]
     Fenced(String),
     /// Anything else: stop.
+    #[error("{0}")]
     Failed(String),
 }
 
@@ -102,12 +105,6 @@ impl Refusal {
             | PublishErrorKind::MaxAckPending => Refusal::Passing(why),
             PublishErrorKind::WrongLastSequence => Refusal::Fenced(why),
             _ => Refusal::Failed(why),
-        }
-    }
-
-    pub fn why(self) -> String {
-        match self {
-            Refusal::Passing(why) | Refusal::Fenced(why) | Refusal::Failed(why) => why,
         }
     }
 }

@@ -72,7 +72,7 @@ pub async fn start(
     config: EngineConfig,
     clock: Clock,
     peers: Option<Arc<PeerTls>>,
-) -> Result<(Arc<Shared>, Side), String> {
+) -> Result<(Arc<Shared>, Side), node::NodeError> {
     let node = node::connect(options).await?;
     let client = node.client();
     let fatal: Fatal = Arc::new(watch::channel(None).0);
@@ -98,7 +98,7 @@ pub async fn start(
     tokio::spawn(async move {
         match run.await {
             Ok(()) => drop(left_tx.send_replace(true)),
-            Err(why) => fail(&failed, why),
+            Err(why) => fail(&failed, why.to_string()),
         }
     });
     let via = via::Via {

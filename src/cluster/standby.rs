@@ -17,7 +17,7 @@ use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::held::Held;
-use super::lease::{encode, Holder, Lease, KEY};
+use super::lease::{encode, Holder, Lease, LeaseError, KEY};
 use super::timing::Observed;
 
 impl Lease {
@@ -103,10 +103,10 @@ impl Standby {
     /// Tries to take the key (see the module docs): the lease if taken.
     /// Errors and silences (TTL/2) of NATS are the caller's to retry, at
     /// [`Standby::next_try`].
-    pub async fn try_take(&mut self) -> Result<Option<Held>, String> {
+    pub async fn try_take(&mut self) -> Result<Option<Held>, LeaseError> {
         let timing = self.lease.timing();
         let tried = tokio::time::timeout(timing.ttl / 2, self.attempt()).await;
-        let taken = tried.unwrap_or_else(|_| Err("the lease: no answer".into()));
+        let taken = tried.unwrap_or_else(|_| Err(LeaseError::NoAnswer));
         let retry = Instant::now() + timing.poll_every;
         self.next = match self.observed.due(&timing) {
             Some((_, due)) => due.max(retry),
@@ -115,7 +115,7 @@ impl Standby {
         taken
     }
 
-    async fn attempt(&mut self) -> Result<Option<Held>, String> {
+    async fn attempt(&mut self) -> Result<Option<Held>, LeaseError> {
         let watching = self.watch.is_some();
         if !watching {
             self.watch().await?;
@@ -148,9 +148,8 @@ impl Standby {
 
     /// Starts watching the key's changes from now on (what is there now,
     /// a read finds).
-    async fn watch(&mut self) -> Result<(), String> {
-        let watch = self.lease.store().watch(KEY).await;
-        self.watch = Some(watch.map_err(|e| format!("watching the lease: {e}"))?);
+    async fn watch(&mut self) -> Result<(), LeaseError> {
+        self.watch = Some(self.lease.store().watch(KEY).await?);
         Ok(())
     }
 }

@@ -27,8 +27,17 @@ pub fn wanted(subjects: &Subjects, replicas: usize) -> Config {
     }
 }
 
+/// A stream whose settings could lose jobs: its name, and each setting
+/// that could.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the stream {name} could lose jobs: {}", wrong.join("; "))]
+pub struct Unsafe {
+    pub name: String,
+    pub wrong: Vec<String>,
+}
+
 /// Why a stream's settings could lose jobs, if they could.
-pub fn check(config: &Config, subjects: &Subjects) -> Result<(), String> {
+pub fn check(config: &Config, subjects: &Subjects) -> Result<(), Unsafe> {
     let mut wrong = Vec::new();
     if !config.subjects.contains(&subjects.all()) {
         wrong.push(format!("its subjects do not include {}", subjects.all()));
@@ -69,11 +78,10 @@ pub fn check(config: &Config, subjects: &Subjects) -> Result<(), String> {
     if wrong.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "the stream {} could lose jobs: {}",
-            config.name,
-            wrong.join("; ")
-        ))
+        Err(Unsafe {
+            name: config.name.clone(),
+            wrong,
+        })
     }
 }
 
@@ -106,7 +114,7 @@ pub async fn ensure(
         .info()
         .await
         .map_err(|e| Trouble::Passing(format!("cannot read the stream {name}: {e}")))?;
-    check(&info.config, subjects).map_err(Trouble::Refused)?;
+    check(&info.config, subjects).map_err(|e| Trouble::Refused(e.to_string()))?;
     Ok(stream)
 }
 
@@ -135,7 +143,7 @@ mod tests {
         for (what, change) in cases {
             let mut config = wanted(&s, 3);
             change(&mut config);
-            let err = check(&config, &s).unwrap_err();
+            let err = check(&config, &s).unwrap_err().to_string();
             assert!(err.contains(what), "{what}: {err}");
         }
     }

@@ -14,6 +14,15 @@ pub struct Subjects {
     name: String,
 }
 
+/// A name the cluster's stream, lease and meta messages cannot carry.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("--cluster-name {0:?}: use 1 to 64 letters, digits, '-' or '_'")]
+    Cluster(String),
+    #[error("--node-id {0:?}: use 1 to 64 letters, digits, '-', '_' or '.'")]
+    Node(String),
+}
+
 /// What a subject of the stream holds.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Subject {
@@ -24,16 +33,14 @@ pub enum Subject {
 impl Subjects {
     /// A cluster name is one subject token and part of a stream name:
     /// letters, digits, `-` and `_`.
-    pub fn new(name: &str) -> Result<Subjects, String> {
+    pub fn new(name: &str) -> Result<Subjects, NameError> {
         let ok = !name.is_empty()
             && name.len() <= 64
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !ok {
-            return Err(format!(
-                "--cluster-name {name:?}: use 1 to 64 letters, digits, '-' or '_'"
-            ));
+            return Err(NameError::Cluster(name.to_string()));
         }
         Ok(Subjects {
             name: name.to_string(),

@@ -32,6 +32,13 @@ pub struct Timing {
     pub poll_every: Duration,
 }
 
+/// A `--cluster-lease-ms` below [`Timing::MIN_TTL`].
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("lease TTL {ttl:?} is shorter than the minimum {:?}", Timing::MIN_TTL)]
+pub struct TtlTooShort {
+    pub ttl: Duration,
+}
+
 /// Where a holder stands, `now` against its last successful renewal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standing {
@@ -55,12 +62,9 @@ impl Timing {
     /// long), and is deposed on its own clock at 7/8 TTL, an eighth of the
     /// TTL before anyone may take over (clock rates would have to differ by
     /// 12%, against a few ppm; and fencing holds whatever the clocks say).
-    pub fn new(ttl: Duration) -> Result<Timing, String> {
+    pub fn new(ttl: Duration) -> Result<Timing, TtlTooShort> {
         if ttl < Self::MIN_TTL {
-            return Err(format!(
-                "lease TTL {ttl:?} is shorter than the minimum {:?}",
-                Self::MIN_TTL
-            ));
+            return Err(TtlTooShort { ttl });
         }
         Ok(Timing {
             ttl,
@@ -143,6 +147,12 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_ttl_too_short_is_named() {
+        let e = Timing::new(ms(150)).unwrap_err().to_string();
+        assert_eq!(e, "lease TTL 150ms is shorter than the minimum 200ms");
     }
 
     #[test]

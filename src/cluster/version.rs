@@ -18,10 +18,44 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 /// The oldest server version accepted.
 pub const MINIMUM: (u64, u64, u64) = (2, 12, 0);
 
+/// Why a server version cannot back a cluster.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "version {0} is older than {major}.{minor}.{patch}, the minimum for \
+         cluster mode: it lacks sync_interval (acks before fsync), atomic batches \
+         and the Nats-Expected-Last-Sequence fencing headers",
+        major = MINIMUM.0,
+        minor = MINIMUM.1,
+        patch = MINIMUM.2
+    )]
+    TooOld(String),
+    #[error(
+        "cannot read the NATS server version {0:?}: cluster mode needs \
+         {major}.{minor}.{patch} or newer",
+        major = MINIMUM.0,
+        minor = MINIMUM.1,
+        patch = MINIMUM.2
+    )]
+    Unreadable(String),
+}
+
+/// A NATS server refused for its version.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("NATS server {server}: {why}")]
+pub struct Refused {
+    pub server: String,
+    #[source]
+    pub why: Unsupported,
+}
+
 /// Checks the server a client is connected to (its INFO's version).
-pub fn check(client: &async_nats::Client) -> Result<(), String> {
+pub fn check(client: &async_nats::Client) -> Result<(), Refused> {
     let info = client.server_info();
-    supported(&info.version).map_err(|e| format!("NATS server {}: {e}", info.server_name))
+    supported(&info.version).map_err(|why| Refused {
+        server: info.server_name.clone(),
+        why,
+    })
 }
 
 /// Checks each server the client reconnects to; returns why once one is
@@ -53,22 +87,12 @@ pub async fn watch(client: async_nats::Client) -> String {
 /// Whether a server reporting `version` (e.g. `2.15.1`, `2.16.0-RC.2`) may
 /// back a cluster. A pre-release counts as older than its release (semver),
 /// so `2.12.0-RC.1` is refused.
-pub fn supported(version: &str) -> Result<(), String> {
-    let (major, minor, patch) = MINIMUM;
-    let too_old = || {
-        format!(
-            "version {version} is older than {major}.{minor}.{patch}, the minimum for \
-             cluster mode: it lacks sync_interval (acks before fsync), atomic batches \
-             and the Nats-Expected-Last-Sequence fencing headers"
-        )
-    };
-    let parsed = parse(version).ok_or_else(|| {
-        format!("cannot read the NATS server version {version:?}: cluster mode needs {major}.{minor}.{patch} or newer")
-    })?;
+pub fn supported(version: &str) -> Result<(), Unsupported> {
+    let parsed = parse(version).ok_or_else(|| Unsupported::Unreadable(version.to_string()))?;
     match parsed {
         (v, false) if v >= MINIMUM => Ok(()),
         (v, true) if v > MINIMUM => Ok(()),
-        _ => Err(too_old()),
+        _ => Err(Unsupported::TooOld(version.to_string())),
     }
 }
 
@@ -126,9 +150,28 @@ mod tests {
         }
     }
 
+    /// The words operators and docs/cluster.md know, exactly.
+    #[test]
+    fn the_messages_word_for_word() {
+        let refused = Refused {
+            server: "n1".into(),
+            why: supported("2.9.10").unwrap_err(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "NATS server n1: version 2.9.10 is older than 2.12.0, the minimum for cluster \
+             mode: it lacks sync_interval (acks before fsync), atomic batches and the \
+             Nats-Expected-Last-Sequence fencing headers"
+        );
+        assert_eq!(
+            supported("x").unwrap_err().to_string(),
+            "cannot read the NATS server version \"x\": cluster mode needs 2.12.0 or newer"
+        );
+    }
+
     #[test]
     fn an_old_server_is_told_what_it_lacks() {
-        let err = supported("2.9.10").unwrap_err();
+        let err = supported("2.9.10").unwrap_err().to_string();
         for needle in [
             "2.9.10",
             "2.12.0",
@@ -156,7 +199,7 @@ mod tests {
             "2.15.1 extra",
             "+2.15.1",
         ] {
-            let err = supported(version).unwrap_err();
+            let err = supported(version).unwrap_err().to_string();
             assert!(
                 err.contains("cannot read") || err.contains("older"),
                 "{version:?}: {err}"

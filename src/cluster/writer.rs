@@ -202,6 +202,19 @@ impl Store for ClusterStore {
     }
 }
 
+/// Why the leader's writer stopped: this node no longer leads, or the
+/// stream is failing.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("cannot pack a batch: {0}")]
+    Pack(#[source] std::io::Error),
+    /// The stream refused a batch for good.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("the stream took no batch for {retry_for:?}: {0}", retry_for = RETRY_FOR)]
+    Stalled(Refusal),
+}
+
 /// A batch on its way, and what its acknowledgment allows.
 struct Flying {
     /// `None` while it waits to be sent again.
@@ -250,7 +263,7 @@ impl Writer {
 
     /// Writes until a batch fails; returns why. Up to [`IN_FLIGHT`]
     /// batches are on their way at once, each chained on the one before.
-    pub async fn run(mut self) -> String {
+    pub async fn run(mut self) -> WriteError {
         let mut flying: VecDeque<Flying> = VecDeque::new();
         let mut batches = 0u64;
         let mut idle = false;
@@ -279,17 +292,17 @@ impl Writer {
                 settled = oldest.settled() => {
                     match settled {
                         Ok(()) => {}
-                        Err(Refusal::Fenced(why)) if !self.stored(oldest.end).await => {
-                            return why
+                        Err(fenced @ Refusal::Fenced(_)) if !self.stored(oldest.end).await => {
+                            return fenced.into()
                         }
                         Err(Refusal::Fenced(_)) => {}
-                        Err(Refusal::Passing(why)) => {
+                        Err(passing @ Refusal::Passing(_)) => {
                             let (since, attempt) = retry.get_or_insert_with(|| {
-                                tracing::warn!("{why}: sending again until the stream takes it");
+                                tracing::warn!("{passing}: sending again until the stream takes it");
                                 (Instant::now(), 0)
                             });
                             if since.elapsed() > RETRY_FOR {
-                                return format!("the stream took no batch for {RETRY_FOR:?}: {why}");
+                                return WriteError::Stalled(passing);
                             }
                             *attempt += 1;
                             let attempt = *attempt;
@@ -299,7 +312,7 @@ impl Writer {
                             }
                             continue;
                         }
-                        Err(Refusal::Failed(why)) => return why,
+                        Err(failed @ Refusal::Failed(_)) => return failed.into(),
                     }
                     if let Some((since, _)) = retry.take() {
                         tracing::warn!("the stream takes batches again after {:?}", since.elapsed());
@@ -326,7 +339,7 @@ impl Writer {
         groups: &[(Seq, Vec<Record>)],
         number: u64,
         flying: &mut VecDeque<Flying>,
-    ) -> Result<(), String> {
+    ) -> Result<(), WriteError> {
         let records = || groups.iter().flat_map(|(_, records)| records);
         let bytes: usize = records().map(record_bytes).sum();
         // A group too big for one batch is sent in several, uncleaned, so
@@ -336,7 +349,7 @@ impl Writer {
         let packed = pack(log, records(), clean, |slot| {
             Ok(by_slot.get(&slot).map(|page| page.to_vec()))
         })
-        .map_err(|e| format!("cannot pack a batch: {e}"))?;
+        .map_err(WriteError::Pack)?;
         let mut messages: Vec<(String, Bytes)> = self
             .pages
             .keep(packed)
@@ -367,7 +380,7 @@ impl Writer {
                 Ok(sent) => Some(sent),
                 // Sent again with the others once the stream is back.
                 Err(Refusal::Passing(_)) => None,
-                Err(refusal) => return Err(refusal.why()),
+                Err(refusal) => return Err(refusal.into()),
             };
             self.pages.last_seq = end;
             let last = groups
@@ -393,13 +406,17 @@ impl Writer {
     /// the stream cannot take yet wait for the next try; replies wait
     /// meanwhile. A batch that was stored after all is refused as fenced,
     /// and [`Writer::stored`] tells.
-    async fn resend(&mut self, flying: &mut VecDeque<Flying>, attempt: u32) -> Result<(), String> {
+    async fn resend(
+        &mut self,
+        flying: &mut VecDeque<Flying>,
+        attempt: u32,
+    ) -> Result<(), WriteError> {
         for f in flying.iter_mut() {
             let id = format!("{}r{attempt}", f.id);
             match publish::send(&self.client, &self.js, id, &f.messages, f.after).await {
                 Ok(sent) => f.sent = Some(sent),
                 Err(Refusal::Passing(_)) => f.sent = None,
-                Err(refusal) => return Err(refusal.why()),
+                Err(refusal) => return Err(refusal.into()),
             }
         }
         Ok(())

@@ -13,6 +13,7 @@ use sprout_protocol::{JobId, TubeName};
 use crate::binlog_stats::BinlogStats;
 
 use super::clock::Time;
+use super::counts::Counts;
 use super::heap::HeapEntry;
 use super::histogram::Latency;
 use super::job::{JobRow, State};
@@ -44,11 +45,7 @@ pub struct JobInfo {
     pub ttr: u32,
     /// µs until a delayed job is ready or a reserved job's TTR runs out.
     pub time_left: Time,
-    pub reserves: u32,
-    pub timeouts: u32,
-    pub releases: u32,
-    pub buries: u32,
-    pub kicks: u32,
+    pub counts: Counts,
     pub body: Bytes,
     /// Its place in its state's order (see [`Cursor`]).
     pub cursor: Cursor,
@@ -240,7 +237,6 @@ impl Engine {
     fn info(&self, slot: JobSlot, cursor: Cursor) -> JobInfo {
         let job: &JobRow = &self.jobs[slot];
         let profile = self.jobs.profile(slot);
-        let counts = self.jobs.counts(slot);
         let time_left = match job.state() {
             State::Delayed | State::Reserved => job.deadline.saturating_sub(self.now),
             State::Ready | State::Buried => 0,
@@ -254,11 +250,7 @@ impl Engine {
             delay: profile.delay,
             ttr: profile.ttr,
             time_left,
-            reserves: counts.reserves,
-            timeouts: counts.timeouts,
-            releases: counts.releases,
-            buries: counts.buries,
-            kicks: counts.kicks,
+            counts: self.jobs.counts(slot),
             body: self.jobs.body_bytes(slot),
             cursor,
         }

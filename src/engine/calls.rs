@@ -153,12 +153,14 @@ impl Engine {
         self.draining = on;
     }
 
-    /// What the store can take now, and the journal file it writes to
-    /// (see `admission.rs`): changes it could not keep answer OUT_OF_MEMORY
-    /// instead of being acknowledged.
-    pub fn set_store(&mut self, room: Room, file: u32) {
+    /// What the store can take now, the journal file it writes to and the
+    /// oldest it still keeps (see `admission.rs`, and `stats-job`'s
+    /// `file`): changes it could not keep answer OUT_OF_MEMORY instead of
+    /// being acknowledged.
+    pub fn set_store(&mut self, room: Room, file: u32, oldest_file: u64) {
         self.room = room;
         self.file = file;
+        self.oldest_file = oldest_file;
     }
 
     /// The records of every change since the last call, in order.
@@ -195,7 +197,7 @@ impl Engine {
             image.created,
             &image.body,
         );
-        self.jobs.set_counts(slot, image.counts());
+        self.jobs.set_counts(slot, image.counts);
         if self.on_restored(slot, image) {
             return;
         }

@@ -10,14 +10,15 @@
 //! a side table of the job table (see `JobTable::bump`), and its bits say
 //! so. No count is ever cut short.
 
-/// The counters in full, as `stats-job` shows them.
+/// The counters in full, as `stats-job` shows them (and a job's image
+/// and the admin API's [`JobInfo`](super::JobInfo) carry them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Counts {
-    pub(super) reserves: u32,
-    pub(super) timeouts: u32,
-    pub(super) releases: u32,
-    pub(super) buries: u32,
-    pub(super) kicks: u32,
+pub struct Counts {
+    pub reserves: u32,
+    pub timeouts: u32,
+    pub releases: u32,
+    pub buries: u32,
+    pub kicks: u32,
 }
 
 /// Which counter.

@@ -62,6 +62,8 @@ pub struct Engine {
     /// latest record went to (empty without a journal).
     pub(super) file: u32,
     pub(super) files: Vec<u32>,
+    /// The oldest journal file the store still keeps, as it last said.
+    pub(super) oldest_file: u64,
     /// In cluster mode, this node's part in it (`stats` shows it).
     pub(super) cluster: Option<ClusterStats>,
     /// tuber's tags of tagged jobs (`ext.rs`).
@@ -90,6 +92,7 @@ impl Engine {
             room: Room::UNLIMITED,
             file: 0,
             files: Vec::new(),
+            oldest_file: 0,
             cluster: None,
             ext: Ext::default(),
         }

@@ -71,6 +71,7 @@ pub use admission::{
 pub use browse::{Apart, Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 pub use clock::{Clock, Time};
 pub use conn::ConnId;
+pub use counts::Counts;
 pub use histogram::{quantile, Histogram, Latency, BOUNDS_MICROS};
 pub use job::State;
 pub use machine::{Engine, Outcome};

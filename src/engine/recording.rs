@@ -86,18 +86,13 @@ impl Engine {
 
     /// The journal file holding job `slot`'s latest record (`stats-job`'s
     /// `file`): the one it was written to, or, once the store has taken
-    /// that file in and removed it, the oldest one still kept. 0 without
-    /// a journal.
+    /// that file in and removed it, the oldest one still kept (as the
+    /// store last said: `set_store`). 0 without a journal.
     pub(super) fn file_of(&self, slot: JobSlot) -> u64 {
         if !self.config.journal {
             return 0;
         }
         let written = self.files.get(slot.at()).copied().unwrap_or(0);
-        let oldest = self
-            .config
-            .binlog
-            .oldest_index
-            .load(std::sync::atomic::Ordering::Relaxed);
-        u64::from(written).max(oldest)
+        u64::from(written).max(self.oldest_file)
     }
 }

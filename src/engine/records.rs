@@ -48,11 +48,8 @@ pub struct JobImage {
     pub delay: u32,
     pub state: Stored,
     pub created: Time,
-    pub reserves: u32,
-    pub timeouts: u32,
-    pub releases: u32,
-    pub buries: u32,
-    pub kicks: u32,
+    /// Its `stats-job` counters.
+    pub counts: Counts,
     pub body: Bytes,
     /// tuber's tags, for a tagged job (`ext.rs`); `None` for all others.
     pub ext: Option<Box<Extras>>,
@@ -90,11 +87,7 @@ impl JobImage {
             delay: profile.delay,
             state,
             created: job.created,
-            reserves: counts.reserves,
-            timeouts: counts.timeouts,
-            releases: counts.releases,
-            buries: counts.buries,
-            kicks: counts.kicks,
+            counts,
             body,
             ext: None,
         }
@@ -106,17 +99,6 @@ impl JobImage {
             tube: t,
             ttr: self.ttr,
             delay: self.delay,
-        }
-    }
-
-    /// Its `stats-job` counters.
-    pub(super) fn counts(&self) -> Counts {
-        Counts {
-            reserves: self.reserves,
-            timeouts: self.timeouts,
-            releases: self.releases,
-            buries: self.buries,
-            kicks: self.kicks,
         }
     }
 }

@@ -165,7 +165,7 @@ fn run_embedded_bridge(server: &Server, config: bridge::config::Config, status: 
 }
 
 /// `--cluster`'s options, checked before anything is bound.
-fn cluster_options(args: &Args) -> Result<Option<cluster::Options>, String> {
+fn cluster_options(args: &Args) -> Result<Option<cluster::Options>, cluster::ConfigError> {
     let guards = [
         ("--auth", args.auth.file.is_some()),
         ("--tls-listen", !args.tls.listen.is_empty()),

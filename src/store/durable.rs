@@ -347,6 +347,10 @@ impl Store for DurableStore {
         self.journal.current_file()
     }
 
+    fn oldest_file(&self) -> u64 {
+        self.journal.stats.oldest_index.load(Ordering::Relaxed)
+    }
+
     fn close(&self) {
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         self.journal.bell.ring_close(done_tx);

@@ -145,11 +145,7 @@ pub(crate) mod tests {
             delay: 0,
             state: Stored::Ready,
             created: 0,
-            reserves: 0,
-            timeouts: 0,
-            releases: 0,
-            buries: 0,
-            kicks: 0,
+            counts: Default::default(),
             body: vec![0xAB; body_len].into(),
             ext: None,
         }

@@ -166,6 +166,12 @@ pub trait Store: Send + Sync {
     /// The journal file being written (`stats-job`'s `file`), 0 if none.
     fn file(&self) -> u32;
 
+    /// The oldest journal file kept (`stats-job`'s `file` for a job whose
+    /// file the store has taken in), 0 if none.
+    fn oldest_file(&self) -> u64 {
+        0
+    }
+
     /// False while the store cannot take new jobs (its writes failed, or
     /// the disk has no room): `/readyz` says so.
     fn healthy(&self) -> bool {
@@ -212,6 +218,10 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn file(&self) -> u32 {
         (**self).file()
+    }
+
+    fn oldest_file(&self) -> u64 {
+        (**self).oldest_file()
     }
 
     fn healthy(&self) -> bool {

@@ -35,7 +35,10 @@ fn in_cluster_mode_reservations_are_recorded_with_their_deadline() {
     e.take_journal();
     assert_eq!(reserve(&mut e, c, S), id);
     let image = updates(&mut e).pop().expect("a reserve record");
-    assert_eq!((image.state, image.reserves), (Stored::Reserved(6 * S), 1));
+    assert_eq!(
+        (image.state, image.counts.reserves),
+        (Stored::Reserved(6 * S), 1)
+    );
     assert_eq!(reply(&mut e, c, C::Touch(id), 2 * S), R::Touched);
     assert_eq!(updates(&mut e)[0].state, Stored::Reserved(7 * S));
     // A job a closed connection gives back is recorded ready.
@@ -112,7 +115,7 @@ fn a_reservation_taken_over_stays_reserved_until_its_deadline() {
     // Recorded: its latest image (the waiter's reservation) says so.
     let last = updates(&mut new).pop().unwrap();
     assert_eq!(
-        (last.state, last.timeouts, last.reserves),
+        (last.state, last.counts.timeouts, last.counts.reserves),
         (Stored::Reserved(11 * S), 1, 2)
     );
     // Outside cluster mode a stored reservation comes back ready.

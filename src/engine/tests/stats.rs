@@ -120,12 +120,20 @@ fn counts_past_a_byte_are_kept_whole() {
         panic!("expected an update, got {:?}", journal.last());
     };
     assert_eq!(
-        (image.reserves, image.releases, image.buries, image.kicks),
+        (
+            image.counts.reserves,
+            image.counts.releases,
+            image.counts.buries,
+            image.counts.kicks
+        ),
         (300, 200, 100, 100)
     );
     let mut again = engine_with(true);
     let image = super::JobImage {
-        timeouts: 70_000,
+        counts: crate::engine::Counts {
+            timeouts: 70_000,
+            ..image.counts
+        },
         ..image.clone()
     };
     again.restore(&image);
@@ -138,8 +146,11 @@ fn counts_past_a_byte_are_kept_whole() {
     // A job whose counts fit again after a restore is back in its bytes.
     let small = super::JobImage {
         id: id + 1,
-        reserves: 3,
-        timeouts: 0,
+        counts: crate::engine::Counts {
+            reserves: 3,
+            timeouts: 0,
+            ..image.counts
+        },
         ..image
     };
     again.restore(&small);
@@ -208,4 +219,23 @@ fn every_command_counts_once() {
         assert_eq!(server_stat(&mut e, c, key, 0), "1", "{key}");
     }
     assert_eq!(server_stat(&mut e, c, "cmd-stats", 0), "19");
+}
+
+/// `stats-job`'s `file`: the journal file the job's record went to, or,
+/// once the store has taken that one in, the oldest it keeps: both as the
+/// store said them last (`set_store`), read from no store of its own.
+#[test]
+fn a_jobs_file_is_the_stores_word() {
+    let mut e = engine_with(true);
+    let c = e.connect();
+    e.set_store(crate::engine::Room::UNLIMITED, 3, 1);
+    let id = put_ready(&mut e, c, 0, 0);
+    assert_eq!(job_stat(&mut e, c, id, "file", 0), "3");
+    e.set_store(crate::engine::Room::UNLIMITED, 6, 5);
+    assert_eq!(job_stat(&mut e, c, id, "file", 0), "5");
+    let mut none = engine_with(false);
+    let c = none.connect();
+    none.set_store(crate::engine::Room::UNLIMITED, 6, 5);
+    let id = put_ready(&mut none, c, 0, 0);
+    assert_eq!(job_stat(&mut none, c, id, "file", 0), "0");
 }

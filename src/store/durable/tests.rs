@@ -50,11 +50,13 @@ fn image(id: u64, rng: &mut Rng) -> JobImage {
         delay: rng.below(100) as u32,
         state,
         created: 1_700_000_000_000_000 + id,
-        reserves: rng.below(10) as u32,
-        timeouts: rng.below(10) as u32,
-        releases: rng.below(10) as u32,
-        buries: rng.below(10) as u32,
-        kicks: rng.below(10) as u32,
+        counts: crate::engine::Counts {
+            reserves: rng.below(10) as u32,
+            timeouts: rng.below(10) as u32,
+            releases: rng.below(10) as u32,
+            buries: rng.below(10) as u32,
+            kicks: rng.below(10) as u32,
+        },
         body: vec![(id % 251) as u8; len].into(),
         ext: None,
     }

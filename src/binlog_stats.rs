@@ -22,6 +22,23 @@ pub struct BinlogStats {
     pub frames_written: AtomicU64,
     /// The journal's syncs since startup, by how long each took.
     pub syncs: SyncTimes,
+    /// The body cache's figures (`store/body_cache.rs`), with `-b`.
+    pub body_cache: BodyCacheStats,
+}
+
+/// The body cache's figures behind `stats`' `body-cache-*` keys, written
+/// by the cache and its readers. `max_bytes` is 0 where there is no body
+/// cache (memory mode, cluster mode): then `stats` leaves the keys out.
+#[derive(Debug, Default)]
+pub struct BodyCacheStats {
+    /// Bytes of bodies held now.
+    pub bytes: AtomicU64,
+    /// Its bound (`--body-cache`).
+    pub max_bytes: AtomicU64,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Bodies that could not be read back from the store (a damaged one).
+    pub read_errors: AtomicU64,
 }
 
 /// Upper bounds of [`SyncTimes`]' buckets in µs (+Inf implied): from a

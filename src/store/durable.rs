@@ -23,6 +23,7 @@ use super::allocator::Allocator;
 use super::ballast::Ballast;
 use super::bells;
 use super::blobs::Blobs;
+use super::body_cache::BodyCache;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
 pub use super::recover::Restore;
@@ -52,10 +53,16 @@ pub struct Options {
     pub file_size: u64,
     /// `-z`: the largest job body.
     pub max_job_size: u32,
+    /// `--body-cache`: the body cache's bound, in bytes (`body_cache.rs`).
+    pub body_cache_bytes: u64,
 }
 
 pub struct DurableStore {
     journal: Arc<Journal>,
+    /// Held for the bodies the engine will not hold (issue 33, step 3);
+    /// empty until then.
+    #[allow(dead_code)]
+    bodies: Arc<BodyCache>,
 }
 
 fn other(what: String) -> io::Error {
@@ -104,6 +111,7 @@ impl DurableStore {
             .map_or(start.current.number, |&(n, _)| n);
         stats.oldest_index.store(oldest, Ordering::Relaxed);
         let next_id = start.next_id;
+        let bodies = Arc::new(BodyCache::new(options.body_cache_bytes, stats.clone()));
         let settings = Settings {
             policy: options.policy,
             dir: segment::dir(dir),
@@ -140,7 +148,7 @@ impl DurableStore {
         spawn("sprout-alloc", move || allocator.run(calls))?;
         let keeper = Keeper::new(journal.clone(), absorb_tx, wake);
         spawn("sprout-journal", move || keeper.run())?;
-        Ok((DurableStore { journal }, opened.recovered))
+        Ok((DurableStore { journal, bodies }, opened.recovered))
     }
 }
 

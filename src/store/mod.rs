@@ -25,6 +25,8 @@
 //!   `files.rs` reads and readies the journal, `over.rs` lays it over sled);
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
+//! - `body_cache.rs`: recently used bodies, for when the engine holds only
+//!   their length (issue 33);
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -44,6 +46,7 @@ mod allocator;
 mod ballast;
 mod bells;
 mod blobs;
+mod body_cache;
 mod corrupt;
 pub mod durable;
 mod entry;
@@ -66,6 +69,7 @@ mod whole;
 
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.
+pub use body_cache::DEFAULT_BYTES as DEFAULT_BODY_CACHE;
 pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;

@@ -24,6 +24,7 @@ use super::ballast::Ballast;
 use super::bells;
 use super::blobs::Blobs;
 use super::body_cache::BodyCache;
+use super::body_read::Bodies;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
 pub use super::recover::Restore;
@@ -59,10 +60,9 @@ pub struct Options {
 
 pub struct DurableStore {
     journal: Arc<Journal>,
-    /// Held for the bodies the engine will not hold (issue 33, step 3);
-    /// empty until then.
-    #[allow(dead_code)]
-    bodies: Arc<BodyCache>,
+    /// Bodies the engine will not hold (issue 33, step 3), from the body
+    /// cache or read back from sled; the cache is empty until then.
+    bodies: Arc<Bodies>,
 }
 
 fn other(what: String) -> io::Error {
@@ -111,7 +111,9 @@ impl DurableStore {
             .map_or(start.current.number, |&(n, _)| n);
         stats.oldest_index.store(oldest, Ordering::Relaxed);
         let next_id = start.next_id;
-        let bodies = Arc::new(BodyCache::new(options.body_cache_bytes, stats.clone()));
+        let cache = BodyCache::new(options.body_cache_bytes, stats.clone());
+        let places = opened.absorb.log.directory();
+        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, db.clone()));
         let settings = Settings {
             policy: options.policy,
             dir: segment::dir(dir),
@@ -356,6 +358,7 @@ impl Store for DurableStore {
     }
 
     fn close(&self) {
+        self.bodies.close();
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         self.journal.bell.ring_close(done_tx);
         // Bounded: a disk that hangs must not keep the process from exiting.

@@ -14,14 +14,15 @@
 //! pass over the whole log frees at least half of it; when no records wait,
 //! the writer cleans on its own, so a quiet queue's log shrinks too.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use sprout_protocol::JobId;
 
 use super::corrupt::Corrupt;
+use super::directory::{Directory, Page};
 use super::entry::Kind;
 use super::page;
-use super::places::{Place, Places};
+use super::places::Place;
 use super::slots::{Slot, Slots};
 
 /// Dead bytes tolerated beyond the live ones before cleaning starts.
@@ -39,19 +40,13 @@ pub fn clean_budget(written: u64) -> u64 {
     (CLEAN_FACTOR * written).max(page::PAGE_BYTES as u64)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Page {
-    slot: Slot,
-    bytes: u64,
-}
-
 #[derive(Default)]
 pub struct Log {
     /// Every stored job: the page holding its latest image, and that
-    /// entry's length (`places.rs`).
-    jobs: Places,
-    /// Stored pages by sequence number.
-    pages: BTreeMap<u64, Page>,
+    /// entry's length (`places.rs`); stored pages by sequence number. Shared
+    /// with readers on other threads (`directory.rs`), who take its lock for
+    /// one lookup; the writer's changes are few and short.
+    dir: Arc<Directory>,
     slots: Slots,
     next_seq: u64,
     live_bytes: u64,
@@ -100,6 +95,8 @@ impl Log {
         read.sort_by_key(|&(seq, ..)| seq);
         for (seq, slot, bytes, entries, _) in &read {
             if log
+                .dir
+                .lock()
                 .pages
                 .insert(
                     *seq,
@@ -136,7 +133,7 @@ impl Log {
             }
         }
         // A second pass picks out the latest images, now that they are known.
-        let mut images = Vec::with_capacity(log.jobs.len());
+        let mut images = Vec::with_capacity(log.dir.lock().jobs.len());
         for (seq, _, _, entries, at) in read {
             for entry in entries.flatten() {
                 if let Some(bytes) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
@@ -148,12 +145,17 @@ impl Log {
                 }
             }
         }
-        log.slots = Slots::recovered(log.pages.values().map(|p| p.slot));
+        log.slots = Slots::recovered(log.dir.lock().pages.values().map(|p| p.slot));
         Ok(Replayed {
             log,
             images,
             skipped,
         })
+    }
+
+    /// Where stored jobs are, for readers on other threads.
+    pub fn directory(&self) -> Arc<Directory> {
+        self.dir.clone()
     }
 
     /// The sequence number the next new page gets.
@@ -164,7 +166,7 @@ impl Log {
     /// Drops the stored image of `id`, if any; says whether there was one
     /// (then a delete needs a tombstone).
     pub fn forget(&mut self, id: JobId) -> bool {
-        match self.jobs.remove(id) {
+        match self.dir.lock().jobs.remove(id) {
             Some(place) => {
                 self.live_bytes -= u64::from(place.len);
                 true
@@ -175,7 +177,7 @@ impl Log {
 
     /// Records that page `seq` holds the latest image of `id`.
     pub fn place(&mut self, seq: u64, id: JobId, len: u32) {
-        if let Some(old) = self.jobs.insert(id, Place::new(seq, len)) {
+        if let Some(old) = self.dir.lock().jobs.insert(id, Place::new(seq, len)) {
             self.live_bytes -= u64::from(old.len);
         }
         self.live_bytes += u64::from(len);
@@ -183,7 +185,11 @@ impl Log {
 
     /// Whether the image of `id` in page `seq` is its latest.
     pub fn is_live(&self, seq: u64, id: JobId) -> bool {
-        self.jobs.get(id).is_some_and(|place| place.in_page(seq))
+        self.dir
+            .lock()
+            .jobs
+            .get(id)
+            .is_some_and(|place| place.in_page(seq))
     }
 
     /// Adds the next page, of `bytes` bytes; returns its sequence number
@@ -193,7 +199,7 @@ impl Log {
         self.next_seq += 1;
         let slot = self.slots.take();
         let bytes = bytes as u64;
-        self.pages.insert(seq, Page { slot, bytes });
+        self.dir.lock().pages.insert(seq, Page { slot, bytes });
         self.stored_bytes += bytes;
         (seq, slot)
     }
@@ -202,7 +208,7 @@ impl Log {
     /// page `seq`, `bytes` long, is now stored in `slot`. Its entries are
     /// then placed or forgotten as they come.
     pub fn follow_page(&mut self, seq: u64, slot: Slot, bytes: usize) {
-        if let Some(old) = self.pages.insert(
+        if let Some(old) = self.dir.lock().pages.insert(
             seq,
             Page {
                 slot,
@@ -218,14 +224,14 @@ impl Log {
     /// Page `seq` is gone from the leader's store (its slot was freed or
     /// given to a newer page).
     pub fn unfollow_page(&mut self, seq: u64) {
-        if let Some(old) = self.pages.remove(&seq) {
+        if let Some(old) = self.dir.lock().pages.remove(&seq) {
             self.stored_bytes -= old.bytes;
         }
     }
 
     /// Once a standby leads: every slot no page holds is free to hand out.
     pub fn reslot(&mut self) {
-        self.slots = Slots::recovered(self.pages.values().map(|p| p.slot));
+        self.slots = Slots::recovered(self.dir.lock().pages.values().map(|p| p.slot));
     }
 
     /// Whether the log holds more dead bytes than it should.
@@ -236,13 +242,18 @@ impl Log {
     /// The oldest page, to clean next, if the log is over its bound and
     /// `cleaned` bytes are still within `budget`.
     pub fn to_clean(&self, budget: u64, cleaned: u64) -> Option<(u64, Slot)> {
-        let (&seq, p) = self.pages.first_key_value()?;
-        (self.over_bound() && cleaned < budget).then_some((seq, p.slot))
+        let first = self
+            .dir
+            .lock()
+            .pages
+            .first_key_value()
+            .map(|(&s, p)| (s, p.slot));
+        first.filter(|_| self.over_bound() && cleaned < budget)
     }
 
     /// Removes the oldest page (once its live images are copied).
     pub fn remove_oldest(&mut self) {
-        if let Some((_, p)) = self.pages.pop_first() {
+        if let Some((_, p)) = self.dir.lock().pages.pop_first() {
             self.stored_bytes -= p.bytes;
             self.slots.give(p.slot);
         }

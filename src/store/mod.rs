@@ -26,7 +26,8 @@
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `body_cache.rs`: recently used bodies, for when the engine holds only
-//!   their length (issue 33);
+//!   their length (issue 33); `directory.rs`: where stored jobs are, shared
+//!   with readers; `body_read.rs`: a body read back from its page, checked;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -47,7 +48,9 @@ mod ballast;
 mod bells;
 mod blobs;
 mod body_cache;
+mod body_read;
 mod corrupt;
+mod directory;
 pub mod durable;
 mod entry;
 mod extras;

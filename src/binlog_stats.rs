@@ -3,7 +3,7 @@
 //! and the HTTP side. A leaf, so the engine can read them without
 //! importing the store above it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The store's counters behind the `binlog-*` keys, updated by the store's
 /// writer as it works (see docs/durability.md for what each means with sled).
@@ -27,10 +27,12 @@ pub struct BinlogStats {
 }
 
 /// The body cache's figures behind `stats`' `body-cache-*` keys, written
-/// by the cache and its readers. `max_bytes` is 0 where there is no body
-/// cache (memory mode, cluster mode): then `stats` leaves the keys out.
+/// by the cache and its readers.
 #[derive(Debug, Default)]
 pub struct BodyCacheStats {
+    /// Whether there is a body cache (with `-b`; not in memory mode, nor
+    /// yet in cluster mode): `stats` leaves the keys out otherwise.
+    pub present: AtomicBool,
     /// Bytes of bodies held now.
     pub bytes: AtomicU64,
     /// Its bound (`--body-cache`).

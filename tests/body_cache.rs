@@ -77,6 +77,14 @@ fn body_cache_sets_the_bound_and_metrics_show_it() {
     }
     // Not also under beanstalkd_exporter's names: they are not its keys.
     assert_eq!(sample(&scrape, "body_cache_max_bytes"), None);
+    drop(server);
+
+    // No cache at all is a cache of 0 bytes: its keys stay.
+    let store = dir.path().join("other");
+    let s = TestServer::start(&["-b", store.to_str().unwrap(), "--body-cache", "0"]);
+    let stats = s.connect().stats_of("stats");
+    assert_eq!(lookup(&stats, "body-cache-max-bytes"), "0");
+    assert_eq!(stats.last().unwrap().0, "body-cache-read-errors");
 }
 
 #[test]

@@ -180,7 +180,7 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     // sprout's own, after beanstalkd's keys, and only with a body cache
     // (`-b`): memory mode's document stays beanstalkd's.
     let cache = &binlog.body_cache;
-    if read(&cache.max_bytes) > 0 {
+    if cache.present.load(Ordering::Relaxed) {
         line(BODY_CACHE_KEYS[0], &read(&cache.bytes));
         line(BODY_CACHE_KEYS[1], &read(&cache.max_bytes));
         line(BODY_CACHE_KEYS[2], &read(&cache.hits));

@@ -8,8 +8,9 @@
 //! as that exporter has them (`pid`, which it skips, and text such as
 //! `version` are left out; `draining` is 0 or 1). What no beanstalkd
 //! exposes is under `sprout_`: per-tube latency histograms, the age of the
-//! oldest ready job, the store's size, the journal's writes and syncs and
-//! the body cache's figures (`stats`' `body-cache-*` keys), and with `--auth` the connections by principal and the failed `auth`s.
+//! oldest ready job, the store's size, the journal's writes and syncs, the
+//! body cache's figures (`stats`' `body-cache-*` keys), and with `--auth`
+//! the connections by principal and the failed `auth`s.
 
 use std::fmt;
 use std::sync::Arc;

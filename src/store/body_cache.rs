@@ -90,6 +90,7 @@ impl BodyCache {
         let figures = &stats.body_cache;
         figures.max_bytes.store(max, RELAXED);
         figures.bytes.store(0, RELAXED);
+        figures.present.store(true, RELAXED);
         BodyCache {
             ring: Mutex::new(Ring {
                 max,

@@ -3,7 +3,7 @@
 //! and the HTTP side. A leaf, so the engine can read them without
 //! importing the store above it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The store's counters behind the `binlog-*` keys, updated by the store's
 /// writer as it works (see docs/durability.md for what each means with sled).
@@ -22,6 +22,25 @@ pub struct BinlogStats {
     pub frames_written: AtomicU64,
     /// The journal's syncs since startup, by how long each took.
     pub syncs: SyncTimes,
+    /// The body cache's figures (`store/body_cache.rs`), with `-b`.
+    pub body_cache: BodyCacheStats,
+}
+
+/// The body cache's figures behind `stats`' `body-cache-*` keys, written
+/// by the cache and its readers.
+#[derive(Debug, Default)]
+pub struct BodyCacheStats {
+    /// Whether there is a body cache (with `-b`; not in memory mode, nor
+    /// yet in cluster mode): `stats` leaves the keys out otherwise.
+    pub present: AtomicBool,
+    /// Bytes of bodies held now.
+    pub bytes: AtomicU64,
+    /// Its bound (`--body-cache`).
+    pub max_bytes: AtomicU64,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    /// Bodies that could not be read back from the store (a damaged one).
+    pub read_errors: AtomicU64,
 }
 
 /// Upper bounds of [`SyncTimes`]' buckets in µs (+Inf implied): from a

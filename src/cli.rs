@@ -36,7 +36,7 @@ use crate::auth::AuthArgs;
 use crate::bridge::config::{BridgeArgs, EmbeddedArgs};
 use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
-use crate::store::Policy;
+use crate::store::{Policy, DEFAULT_BODY_CACHE};
 use crate::tls::TlsArgs;
 
 /// beanstalkd's default binlog file size (`-s`), reported by `stats`.
@@ -104,6 +104,11 @@ pub struct Args {
     /// Memory for the store's page cache, in bytes (with -b).
     #[arg(long = "store-cache", value_name = "BYTES", default_value_t = 4 << 20)]
     pub store_cache: u64,
+
+    /// Memory for recently used job bodies, in bytes (with -b): bodies the
+    /// server keeps on disk only are read back through it.
+    #[arg(long = "body-cache", value_name = "BYTES", default_value_t = DEFAULT_BODY_CACHE)]
+    pub body_cache: u64,
 
     /// Start even if the store is damaged, keeping every job that can be
     /// read and logging each one skipped (with -b).

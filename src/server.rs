@@ -91,6 +91,7 @@ impl Server {
                     dir: dir.clone(),
                     policy: args.policy(),
                     cache_bytes: args.store_cache,
+                    body_cache_bytes: args.body_cache,
                     salvage: args.salvage,
                     file_size: args.binlog_size,
                     max_job_size: args.effective_max_job_size(),

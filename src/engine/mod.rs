@@ -77,4 +77,4 @@ pub use job::State;
 pub use machine::{Engine, Outcome};
 pub use records::{Extras, JobImage, Record, Stored};
 pub use setup::EngineConfig;
-pub use stats::{via_lines, ClusterStats, VIA_NODE, VIA_ROLE};
+pub use stats::{via_lines, ClusterStats, BODY_CACHE_KEYS, VIA_NODE, VIA_ROLE};

@@ -102,6 +102,16 @@ pub fn via_lines(node: &str, role: &str) -> String {
 pub const VIA_NODE: &str = "cluster-via-node";
 pub const VIA_ROLE: &str = "cluster-via-role";
 
+/// The body cache's keys (`store/body_cache.rs`), in the order `stats`
+/// shows them; `/metrics` has them as `sprout_body_cache_*`.
+pub const BODY_CACHE_KEYS: [&str; 5] = [
+    "body-cache-bytes",
+    "body-cache-max-bytes",
+    "body-cache-hits",
+    "body-cache-misses",
+    "body-cache-read-errors",
+];
+
 /// The `stats` document.
 pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     let ((user_s, user_us), (sys_s, sys_us)) = host::rusage();
@@ -167,6 +177,16 @@ pub(super) fn server(s: &Stats, server: &ServerFacts<'_>) -> Bytes {
     line("hostname", &Quoted(&server.host.hostname));
     line("os", &Quoted(&server.host.os));
     line("platform", &Quoted(&server.host.platform));
+    // sprout's own, after beanstalkd's keys, and only with a body cache
+    // (`-b`): memory mode's document stays beanstalkd's.
+    let cache = &binlog.body_cache;
+    if cache.present.load(Ordering::Relaxed) {
+        line(BODY_CACHE_KEYS[0], &read(&cache.bytes));
+        line(BODY_CACHE_KEYS[1], &read(&cache.max_bytes));
+        line(BODY_CACHE_KEYS[2], &read(&cache.hits));
+        line(BODY_CACHE_KEYS[3], &read(&cache.misses));
+        line(BODY_CACHE_KEYS[4], &read(&cache.read_errors));
+    }
     if let Some(c) = server.cluster {
         line("cluster-name", &Quoted(&c.name));
         line("cluster-node", &Quoted(&c.node));

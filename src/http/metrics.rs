@@ -8,8 +8,9 @@
 //! as that exporter has them (`pid`, which it skips, and text such as
 //! `version` are left out; `draining` is 0 or 1). What no beanstalkd
 //! exposes is under `sprout_`: per-tube latency histograms, the age of the
-//! oldest ready job, the store's size, and the journal's writes and syncs,
-//! and with `--auth` the connections by principal and the failed `auth`s.
+//! oldest ready job, the store's size, the journal's writes and syncs, the
+//! body cache's figures (`stats`' `body-cache-*` keys), and with `--auth`
+//! the connections by principal and the failed `auth`s.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use std::sync::atomic::Ordering;
 use crate::auth::Gate;
 use crate::binlog_stats::{BinlogStats, SYNC_BOUNDS_MICROS};
 use crate::bridge::punctuality;
-use crate::engine::{Histogram, TubeFigures, BOUNDS_MICROS};
+use crate::engine::{Histogram, TubeFigures, BODY_CACHE_KEYS, BOUNDS_MICROS};
 
 use super::app::{App, Bridge};
 use super::error::ApiError;
@@ -233,8 +234,14 @@ impl Collector for Snapshot {
             if SKIPPED.contains(&key) {
                 continue;
             }
-            let name = key.replace('-', "_");
-            let help = format!("beanstalkd stats: {key}");
+            let (name, help) = match BODY_CACHE_KEYS.contains(&key) {
+                // sprout's own (with -b): under sprout_, as the rest.
+                true => (
+                    format!("sprout_{}", key.replace('-', "_")),
+                    format!("sprout stats: {key} (the body cache, docs/durability.md)"),
+                ),
+                false => (key.replace('-', "_"), format!("beanstalkd stats: {key}")),
+            };
             let mut metric = encoder.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
             metric.encode_gauge(&value)?;
         }

@@ -323,6 +323,13 @@ impl Absorber {
     /// oldest pages copies out of them. No frames: a cleaning step on its
     /// own.
     fn commit(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
+        // Readers of bodies (`body_read.rs`) look again if a read does not
+        // check out while this runs.
+        let dir = self.state.log.directory();
+        dir.change(|| self.pack_and_apply(frames))
+    }
+
+    fn pack_and_apply(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
         let db = &self.db;
         let old_page = |slot| match db.get(page::page_key(slot)) {
             Ok(Some(value)) => Ok(Some(value.to_vec())),

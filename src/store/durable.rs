@@ -23,6 +23,8 @@ use super::allocator::Allocator;
 use super::ballast::Ballast;
 use super::bells;
 use super::blobs::Blobs;
+use super::body_cache::BodyCache;
+use super::body_read::Bodies;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
 pub use super::recover::Restore;
@@ -52,10 +54,15 @@ pub struct Options {
     pub file_size: u64,
     /// `-z`: the largest job body.
     pub max_job_size: u32,
+    /// `--body-cache`: the body cache's bound, in bytes (`body_cache.rs`).
+    pub body_cache_bytes: u64,
 }
 
 pub struct DurableStore {
     journal: Arc<Journal>,
+    /// Bodies the engine will not hold (issue 33, step 3), from the body
+    /// cache or read back from sled; the cache is empty until then.
+    bodies: Arc<Bodies>,
 }
 
 fn other(what: String) -> io::Error {
@@ -104,6 +111,9 @@ impl DurableStore {
             .map_or(start.current.number, |&(n, _)| n);
         stats.oldest_index.store(oldest, Ordering::Relaxed);
         let next_id = start.next_id;
+        let cache = BodyCache::new(options.body_cache_bytes, stats.clone());
+        let places = opened.absorb.log.directory();
+        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, db.clone()));
         let settings = Settings {
             policy: options.policy,
             dir: segment::dir(dir),
@@ -140,7 +150,7 @@ impl DurableStore {
         spawn("sprout-alloc", move || allocator.run(calls))?;
         let keeper = Keeper::new(journal.clone(), absorb_tx, wake);
         spawn("sprout-journal", move || keeper.run())?;
-        Ok((DurableStore { journal }, opened.recovered))
+        Ok((DurableStore { journal, bodies }, opened.recovered))
     }
 }
 
@@ -352,6 +362,7 @@ impl Store for DurableStore {
     }
 
     fn close(&self) {
+        self.bodies.close();
         let (done_tx, done_rx) = mpsc::sync_channel(1);
         self.journal.bell.ring_close(done_tx);
         // Bounded: a disk that hangs must not keep the process from exiting.

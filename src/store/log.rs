@@ -14,14 +14,15 @@
 //! pass over the whole log frees at least half of it; when no records wait,
 //! the writer cleans on its own, so a quiet queue's log shrinks too.
 
-use std::collections::BTreeMap;
+use std::sync::{Arc, MutexGuard};
 
 use sprout_protocol::JobId;
 
 use super::corrupt::Corrupt;
+use super::directory::{Directory, Map, Page};
 use super::entry::Kind;
 use super::page;
-use super::places::{Place, Places};
+use super::places::Place;
 use super::slots::{Slot, Slots};
 
 /// Dead bytes tolerated beyond the live ones before cleaning starts.
@@ -39,23 +40,30 @@ pub fn clean_budget(written: u64) -> u64 {
     (CLEAN_FACTOR * written).max(page::PAGE_BYTES as u64)
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Page {
-    slot: Slot,
-    bytes: u64,
-}
-
 #[derive(Default)]
 pub struct Log {
     /// Every stored job: the page holding its latest image, and that
-    /// entry's length (`places.rs`).
-    jobs: Places,
-    /// Stored pages by sequence number.
-    pages: BTreeMap<u64, Page>,
+    /// entry's length (`places.rs`); stored pages by sequence number. Shared
+    /// with readers on other threads (`directory.rs`), who take its lock for
+    /// one lookup; the writer takes it once per batch ([`Log::hold`]).
+    dir: Arc<Directory>,
+    own: Own,
+}
+
+/// What only the writer uses.
+#[derive(Default)]
+struct Own {
     slots: Slots,
     next_seq: u64,
     live_bytes: u64,
     stored_bytes: u64,
+}
+
+/// The log with the directory's lock held: a batch's changes (`pack.rs`)
+/// take the lock once, not once a job.
+pub struct Held<'a> {
+    map: MutexGuard<'a, Map>,
+    own: &'a mut Own,
 }
 
 /// A live job's latest image in the pages replayed.
@@ -98,8 +106,10 @@ impl Log {
             }
         }
         read.sort_by_key(|&(seq, ..)| seq);
+        let mut held = log.hold();
         for (seq, slot, bytes, entries, _) in &read {
-            if log
+            if held
+                .map
                 .pages
                 .insert(
                     *seq,
@@ -112,8 +122,8 @@ impl Log {
             {
                 return Err(Corrupt("two pages with the same sequence number"));
             }
-            log.stored_bytes += *bytes as u64;
-            log.next_seq = seq + 1;
+            held.own.stored_bytes += *bytes as u64;
+            held.own.next_seq = seq + 1;
             for entry in entries.clone() {
                 let entry = match entry {
                     Ok(entry) => entry,
@@ -125,8 +135,8 @@ impl Log {
                     Err(e) => return Err(e),
                 };
                 match entry.kind {
-                    Kind::Image(_) => log.place(*seq, entry.id, entry.raw.len() as u32),
-                    Kind::Tombstone => _ = log.forget(entry.id),
+                    Kind::Image(_) => held.place(*seq, entry.id, entry.raw.len() as u32),
+                    Kind::Tombstone => _ = held.forget(entry.id),
                     Kind::State(_) if salvage => {
                         tracing::error!("skipping a job's state in a page");
                         skipped += 1;
@@ -136,10 +146,10 @@ impl Log {
             }
         }
         // A second pass picks out the latest images, now that they are known.
-        let mut images = Vec::with_capacity(log.jobs.len());
+        let mut images = Vec::with_capacity(held.map.jobs.len());
         for (seq, _, _, entries, at) in read {
             for entry in entries.flatten() {
-                if let Some(bytes) = entry.image().filter(|_| log.is_live(seq, entry.id)) {
+                if let Some(bytes) = entry.image().filter(|_| held.is_live(seq, entry.id)) {
                     images.push(Live {
                         id: entry.id,
                         page: at,
@@ -148,7 +158,8 @@ impl Log {
                 }
             }
         }
-        log.slots = Slots::recovered(log.pages.values().map(|p| p.slot));
+        held.reslot();
+        drop(held);
         Ok(Replayed {
             log,
             images,
@@ -156,17 +167,93 @@ impl Log {
         })
     }
 
+    /// Where stored jobs are, for readers on other threads.
+    pub fn directory(&self) -> Arc<Directory> {
+        self.dir.clone()
+    }
+
+    /// The log with the directory's lock held, for a batch of changes.
+    pub fn hold(&mut self) -> Held<'_> {
+        Held {
+            map: self.dir.lock(),
+            own: &mut self.own,
+        }
+    }
+
     /// The sequence number the next new page gets.
     pub fn next_seq(&self) -> u64 {
-        self.next_seq
+        self.own.next_seq
+    }
+
+    /// As [`Held::forget`].
+    pub fn forget(&mut self, id: JobId) -> bool {
+        self.hold().forget(id)
+    }
+
+    /// As [`Held::place`].
+    pub fn place(&mut self, seq: u64, id: JobId, len: u32) {
+        self.hold().place(seq, id, len)
+    }
+
+    /// A standby's log follows the leader's pages (`cluster/follow.rs`):
+    /// page `seq`, `bytes` long, is now stored in `slot`. Its entries are
+    /// then placed or forgotten as they come.
+    pub fn follow_page(&mut self, seq: u64, slot: Slot, bytes: usize) {
+        let mut held = self.hold();
+        let page = Page {
+            slot,
+            bytes: bytes as u64,
+        };
+        if let Some(old) = held.map.pages.insert(seq, page) {
+            held.own.stored_bytes -= old.bytes;
+        }
+        held.own.stored_bytes += bytes as u64;
+        held.own.next_seq = held.own.next_seq.max(seq + 1);
+    }
+
+    /// Page `seq` is gone from the leader's store (its slot was freed or
+    /// given to a newer page).
+    pub fn unfollow_page(&mut self, seq: u64) {
+        let mut held = self.hold();
+        if let Some(old) = held.map.pages.remove(&seq) {
+            held.own.stored_bytes -= old.bytes;
+        }
+    }
+
+    /// Once a standby leads: every slot no page holds is free to hand out.
+    pub fn reslot(&mut self) {
+        self.hold().reslot()
+    }
+
+    /// Whether the log holds more dead bytes than it should.
+    pub fn over_bound(&self) -> bool {
+        self.own.over_bound()
+    }
+
+    /// Bytes in stored pages, and in their live images.
+    pub fn sizes(&self) -> (u64, u64) {
+        (self.own.stored_bytes, self.own.live_bytes)
+    }
+}
+
+impl Own {
+    fn over_bound(&self) -> bool {
+        self.stored_bytes > 2 * self.live_bytes + SLACK
+    }
+}
+
+impl Held<'_> {
+    /// The sequence number the next new page gets.
+    pub fn next_seq(&self) -> u64 {
+        self.own.next_seq
     }
 
     /// Drops the stored image of `id`, if any; says whether there was one
     /// (then a delete needs a tombstone).
     pub fn forget(&mut self, id: JobId) -> bool {
-        match self.jobs.remove(id) {
+        match self.map.jobs.remove(id) {
             Some(place) => {
-                self.live_bytes -= u64::from(place.len);
+                self.own.live_bytes -= u64::from(place.len);
                 true
             }
             None => false,
@@ -175,81 +262,49 @@ impl Log {
 
     /// Records that page `seq` holds the latest image of `id`.
     pub fn place(&mut self, seq: u64, id: JobId, len: u32) {
-        if let Some(old) = self.jobs.insert(id, Place::new(seq, len)) {
-            self.live_bytes -= u64::from(old.len);
+        if let Some(old) = self.map.jobs.insert(id, Place::new(seq, len)) {
+            self.own.live_bytes -= u64::from(old.len);
         }
-        self.live_bytes += u64::from(len);
+        self.own.live_bytes += u64::from(len);
     }
 
     /// Whether the image of `id` in page `seq` is its latest.
     pub fn is_live(&self, seq: u64, id: JobId) -> bool {
-        self.jobs.get(id).is_some_and(|place| place.in_page(seq))
+        self.map
+            .jobs
+            .get(id)
+            .is_some_and(|place| place.in_page(seq))
     }
 
     /// Adds the next page, of `bytes` bytes; returns its sequence number
     /// and slot.
     pub fn add_page(&mut self, bytes: usize) -> (u64, Slot) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let slot = self.slots.take();
+        let seq = self.own.next_seq;
+        self.own.next_seq += 1;
+        let slot = self.own.slots.take();
         let bytes = bytes as u64;
-        self.pages.insert(seq, Page { slot, bytes });
-        self.stored_bytes += bytes;
+        self.map.pages.insert(seq, Page { slot, bytes });
+        self.own.stored_bytes += bytes;
         (seq, slot)
     }
 
-    /// A standby's log follows the leader's pages (`cluster/follow.rs`):
-    /// page `seq`, `bytes` long, is now stored in `slot`. Its entries are
-    /// then placed or forgotten as they come.
-    pub fn follow_page(&mut self, seq: u64, slot: Slot, bytes: usize) {
-        if let Some(old) = self.pages.insert(
-            seq,
-            Page {
-                slot,
-                bytes: bytes as u64,
-            },
-        ) {
-            self.stored_bytes -= old.bytes;
-        }
-        self.stored_bytes += bytes as u64;
-        self.next_seq = self.next_seq.max(seq + 1);
-    }
-
-    /// Page `seq` is gone from the leader's store (its slot was freed or
-    /// given to a newer page).
-    pub fn unfollow_page(&mut self, seq: u64) {
-        if let Some(old) = self.pages.remove(&seq) {
-            self.stored_bytes -= old.bytes;
-        }
-    }
-
-    /// Once a standby leads: every slot no page holds is free to hand out.
-    pub fn reslot(&mut self) {
-        self.slots = Slots::recovered(self.pages.values().map(|p| p.slot));
-    }
-
-    /// Whether the log holds more dead bytes than it should.
-    pub fn over_bound(&self) -> bool {
-        self.stored_bytes > 2 * self.live_bytes + SLACK
+    /// Every slot no page holds is free to hand out.
+    fn reslot(&mut self) {
+        self.own.slots = Slots::recovered(self.map.pages.values().map(|p| p.slot));
     }
 
     /// The oldest page, to clean next, if the log is over its bound and
     /// `cleaned` bytes are still within `budget`.
     pub fn to_clean(&self, budget: u64, cleaned: u64) -> Option<(u64, Slot)> {
-        let (&seq, p) = self.pages.first_key_value()?;
-        (self.over_bound() && cleaned < budget).then_some((seq, p.slot))
+        let (&seq, p) = self.map.pages.first_key_value()?;
+        (self.own.over_bound() && cleaned < budget).then_some((seq, p.slot))
     }
 
     /// Removes the oldest page (once its live images are copied).
     pub fn remove_oldest(&mut self) {
-        if let Some((_, p)) = self.pages.pop_first() {
-            self.stored_bytes -= p.bytes;
-            self.slots.give(p.slot);
+        if let Some((_, p)) = self.map.pages.pop_first() {
+            self.own.stored_bytes -= p.bytes;
+            self.own.slots.give(p.slot);
         }
-    }
-
-    /// Bytes in stored pages, and in their live images.
-    pub fn sizes(&self) -> (u64, u64) {
-        (self.stored_bytes, self.live_bytes)
     }
 }

@@ -25,6 +25,9 @@
 //!   `files.rs` reads and readies the journal, `over.rs` lays it over sled);
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
+//! - `body_cache.rs`: recently used bodies, for when the engine holds only
+//!   their length (issue 33); `directory.rs`: where stored jobs are, shared
+//!   with readers; `body_read.rs`: a body read back from its page, checked;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -44,7 +47,10 @@ mod allocator;
 mod ballast;
 mod bells;
 mod blobs;
+mod body_cache;
+mod body_read;
 mod corrupt;
+mod directory;
 pub mod durable;
 mod entry;
 mod extras;
@@ -66,6 +72,7 @@ mod whole;
 
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.
+pub use body_cache::DEFAULT_BYTES as DEFAULT_BODY_CACHE;
 pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;

@@ -44,6 +44,9 @@ pub fn pack<'a>(
     clean_pages: usize,
     mut old_page: impl FnMut(Slot) -> io::Result<Option<Vec<u8>>>,
 ) -> io::Result<Packed> {
+    // The directory's lock, once for the batch: readers wait out a batch
+    // anyway (`directory.rs`).
+    let mut log = log.hold();
     let mut order = Vec::new();
     let mut last: FxHashMap<JobId, Option<&JobImage>> = FxHashMap::default();
     for record in records {

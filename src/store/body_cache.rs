@@ -1,0 +1,286 @@
+//! The body cache (issue 33): recently used job bodies, bounded by bytes,
+//! for a store that keeps bodies only on disk.
+//!
+//! Once the engine holds a stored body's length instead of its bytes
+//! (docs/durability.md, "Next: bodies kept only on disk", step 3), the
+//! bodies a reply needs come from here, or else from one read of the
+//! job's page (`body_read.rs`). The cache is a map from job id to the
+//! body's `Bytes` (shared, never copied) under a lock of its own, never
+//! the engine's, so a connection filling its answer after the engine lock
+//! is released waits for no other connection's command.
+//!
+//! Eviction is CLOCK over a ring of slots: a hit sets the slot's bit, the
+//! hand clears set bits and evicts the first clear one, until the unpinned
+//! bytes are within the bound. CLOCK rather than LRU because a hit then
+//! costs a bit set, not a list splice under the lock. Every entry is
+//! charged its body plus [`ENTRY_CHARGE`] (the slot and the map's share),
+//! so the bound holds for the cache's own memory, small bodies included.
+//!
+//! A *pinned* body is not evictable: a put whose record sled has not taken
+//! in yet can be read nowhere else without reading the journal. The
+//! absorber unpins what each batch committed, so pinned bytes stay bounded
+//! by its lag. The bound therefore holds for the unpinned bytes: the cache
+//! never holds more than `max + pinned` (the model test at the end checks
+//! it, and that a lookup never returns another job's body).
+//!
+//! Nothing enters it before step 3: only bodies the engine no longer
+//! holds belong here (a copy of one the engine holds would be a memory
+//! regression), and until then the engine holds them all. Its figures are
+//! in `stats` already (`body-cache-*`), with `-b`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
+use sprout_protocol::JobId;
+
+use crate::binlog_stats::BinlogStats;
+
+/// What an entry costs beyond its body: its slot (id, `Bytes`, bits:
+/// 48 bytes), its map entry and the map's slack.
+pub const ENTRY_CHARGE: u64 = 96;
+
+/// `--body-cache`'s default.
+pub const DEFAULT_BYTES: u64 = 64 << 20;
+
+struct Slot {
+    id: JobId,
+    body: Bytes,
+    /// CLOCK's bit: used since the hand last passed.
+    referenced: bool,
+    pinned: bool,
+}
+
+impl Slot {
+    fn charge(&self) -> u64 {
+        charge(&self.body)
+    }
+}
+
+fn charge(body: &Bytes) -> u64 {
+    body.len() as u64 + ENTRY_CHARGE
+}
+
+/// The ring, under the cache's lock.
+#[derive(Default)]
+struct Ring {
+    index: FxHashMap<JobId, u32>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    hand: usize,
+    /// Charged bytes of every entry, and of the pinned ones.
+    bytes: u64,
+    pinned: u64,
+    max: u64,
+}
+
+/// The body cache; see the module docs.
+pub struct BodyCache {
+    ring: Mutex<Ring>,
+    stats: Arc<BinlogStats>,
+}
+
+// Step 3 (stored handles) and the connection's fill step are what call
+// these outside the tests; until then only `new` and the figures are used.
+#[allow(dead_code)]
+impl BodyCache {
+    /// A cache of at most `max` charged bytes (pinned ones aside), whose
+    /// figures go to `stats.body_cache`.
+    pub fn new(max: u64, stats: Arc<BinlogStats>) -> BodyCache {
+        let figures = &stats.body_cache;
+        figures.max_bytes.store(max, RELAXED);
+        figures.bytes.store(0, RELAXED);
+        figures.present.store(true, RELAXED);
+        BodyCache {
+            ring: Mutex::new(Ring {
+                max,
+                ..Ring::default()
+            }),
+            stats,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The body of `id`, if held (counted as a hit or a miss).
+    pub fn get(&self, id: JobId) -> Option<Bytes> {
+        let body = self.lock().get(id);
+        let figures = &self.stats.body_cache;
+        match body {
+            Some(_) => figures.hits.fetch_add(1, RELAXED),
+            None => figures.misses.fetch_add(1, RELAXED),
+        };
+        body
+    }
+
+    /// Holds `body` as job `id`'s, pinned if `pin` (a pinned entry stays
+    /// pinned until [`BodyCache::unpin`]); evicts what the bound asks.
+    pub fn put(&self, id: JobId, body: Bytes, pin: bool) {
+        let mut ring = self.lock();
+        ring.put(id, body, pin);
+        self.publish(&mut ring);
+    }
+
+    /// Makes the bodies of `ids` evictable (sled holds them now).
+    pub fn unpin(&self, ids: impl IntoIterator<Item = JobId>) {
+        let mut ring = self.lock();
+        for id in ids {
+            ring.unpin(id);
+        }
+        ring.evict();
+        self.publish(&mut ring);
+    }
+
+    /// Drops the body of `id` (the job was deleted).
+    pub fn remove(&self, id: JobId) {
+        let mut ring = self.lock();
+        ring.remove(id);
+        self.publish(&mut ring);
+    }
+
+    /// Sets the bound, evicting down to it.
+    pub fn resize(&self, max: u64) {
+        let mut ring = self.lock();
+        ring.max = max;
+        ring.evict();
+        self.stats.body_cache.max_bytes.store(max, RELAXED);
+        self.publish(&mut ring);
+    }
+
+    /// Counts a body that could not be read back (`body_read.rs`).
+    pub fn read_failed(&self) {
+        self.stats.body_cache.read_errors.fetch_add(1, RELAXED);
+    }
+
+    /// Charged bytes held, and of those pinned.
+    pub fn sizes(&self) -> (u64, u64) {
+        let ring = self.lock();
+        (ring.bytes, ring.pinned)
+    }
+
+    /// After a change: the ring's room given back if most of it is free,
+    /// and the figure `stats` shows.
+    fn publish(&self, ring: &mut Ring) {
+        ring.compact();
+        self.stats.body_cache.bytes.store(ring.bytes, RELAXED);
+    }
+}
+
+const RELAXED: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxed;
+
+impl Ring {
+    fn get(&mut self, id: JobId) -> Option<Bytes> {
+        let at = *self.index.get(&id)?;
+        let slot = self.slots[at as usize]
+            .as_mut()
+            .expect("indexed slots hold");
+        debug_assert_eq!(slot.id, id);
+        slot.referenced = true;
+        Some(slot.body.clone())
+    }
+
+    fn put(&mut self, id: JobId, body: Bytes, pin: bool) {
+        let was_pinned = self.remove(id).is_some_and(|slot| slot.pinned);
+        let pinned = pin || was_pinned;
+        // An unpinned body larger than the whole cache would only evict
+        // everything else, then itself.
+        if !pinned && charge(&body) > self.max {
+            return;
+        }
+        let slot = Slot {
+            id,
+            body,
+            referenced: true,
+            pinned,
+        };
+        self.bytes += slot.charge();
+        if pinned {
+            self.pinned += slot.charge();
+        }
+        let at = match self.free.pop() {
+            Some(at) => {
+                self.slots[at as usize] = Some(slot);
+                at
+            }
+            None => {
+                self.slots.push(Some(slot));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(id, at);
+        self.evict();
+    }
+
+    fn unpin(&mut self, id: JobId) {
+        let Some(&at) = self.index.get(&id) else {
+            return;
+        };
+        let slot = self.slots[at as usize]
+            .as_mut()
+            .expect("indexed slots hold");
+        if slot.pinned {
+            slot.pinned = false;
+            self.pinned -= slot.charge();
+        }
+    }
+
+    fn remove(&mut self, id: JobId) -> Option<Slot> {
+        let at = self.index.remove(&id)?;
+        let slot = self.slots[at as usize].take().expect("indexed slots hold");
+        self.bytes -= slot.charge();
+        if slot.pinned {
+            self.pinned -= slot.charge();
+        }
+        self.free.push(at);
+        Some(slot)
+    }
+
+    /// Evicts until the unpinned bytes are within the bound. Two turns of
+    /// the hand clear every bit and pass every unpinned slot, so the loop
+    /// ends with the bound kept, however many are pinned.
+    fn evict(&mut self) {
+        let mut steps = 2 * self.slots.len();
+        while self.bytes - self.pinned > self.max && steps > 0 {
+            steps -= 1;
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let at = self.hand;
+            self.hand += 1;
+            let Some(slot) = self.slots[at].as_mut() else {
+                continue;
+            };
+            if slot.pinned {
+                continue;
+            }
+            if std::mem::take(&mut slot.referenced) {
+                continue;
+            }
+            let id = slot.id;
+            self.remove(id);
+        }
+    }
+
+    /// Gives back the ring's room once most slots are free (after a burst,
+    /// or a smaller bound): the live slots move to the front, in order.
+    fn compact(&mut self) {
+        if self.slots.len() < 64 || self.free.len() * 4 < self.slots.len() * 3 {
+            return;
+        }
+        let live: Vec<Slot> = self.slots.drain(..).flatten().collect();
+        self.free.clear();
+        self.hand = 0;
+        for (at, slot) in live.into_iter().enumerate() {
+            self.index.insert(slot.id, at as u32);
+            self.slots.push(Some(slot));
+        }
+        self.slots.shrink_to(2 * self.slots.len());
+        self.free.shrink_to_fit();
+        self.index.shrink_to(2 * self.index.len());
+    }
+}
+
+#[cfg(test)]
+mod tests;

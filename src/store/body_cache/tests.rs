@@ -1,0 +1,186 @@
+//! The body cache against a model: a plain map of every body put and not
+//! removed, and the set of pinned ids. The cache may have evicted any
+//! unpinned body, but what it returns is exactly the model's body for that
+//! id, a pinned body is always there, and its bytes never exceed the bound
+//! plus the pinned ones.
+
+use std::collections::{HashMap, HashSet};
+
+use proptest::prelude::*;
+
+use super::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put { id: JobId, len: usize, pin: bool },
+    Get(JobId),
+    Unpin(Vec<JobId>),
+    Remove(JobId),
+    Resize(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let id = 0..40u64;
+    prop_oneof![
+        4 => (id.clone(), 0..600usize, any::<bool>()).prop_map(|(id, len, pin)| Op::Put { id, len, pin }),
+        4 => id.clone().prop_map(Op::Get),
+        2 => proptest::collection::vec(id.clone(), 0..6).prop_map(Op::Unpin),
+        2 => id.prop_map(Op::Remove),
+        1 => (0..4000u64).prop_map(Op::Resize),
+    ]
+}
+
+/// A body no other job's (nor an earlier body of this id) can equal: the
+/// id and a serial number, then filler.
+fn body(id: JobId, serial: u64, len: usize) -> Bytes {
+    let mut b = Vec::with_capacity(16 + len);
+    b.extend_from_slice(&id.to_le_bytes());
+    b.extend_from_slice(&serial.to_le_bytes());
+    b.extend((0..len).map(|i| (id as usize + i) as u8));
+    Bytes::from(b)
+}
+
+#[derive(Default)]
+struct Model {
+    bodies: HashMap<JobId, Bytes>,
+    pinned: HashSet<JobId>,
+}
+
+impl Model {
+    fn pinned_bytes(&self) -> u64 {
+        self.pinned.iter().map(|id| charge(&self.bodies[id])).sum()
+    }
+}
+
+fn check(cache: &BodyCache, model: &Model, max: u64) {
+    let (bytes, pinned) = cache.sizes();
+    assert_eq!(pinned, model.pinned_bytes(), "pinned bytes");
+    assert!(bytes <= max + pinned, "{bytes} > {max} + {pinned}");
+    assert_eq!(cache.stats.body_cache.bytes.load(RELAXED), bytes);
+    let ring = cache.lock();
+    let mut counted = 0;
+    for (&id, &at) in &ring.index {
+        let slot = ring.slots[at as usize]
+            .as_ref()
+            .expect("indexed slots hold");
+        assert_eq!(slot.id, id);
+        assert_eq!(Some(&slot.body), model.bodies.get(&id), "job {id}");
+        counted += slot.charge();
+    }
+    assert_eq!(counted, bytes);
+    for id in &model.pinned {
+        assert!(ring.index.contains_key(id), "pinned job {id} evicted");
+    }
+}
+
+fn run(ops: Vec<Op>, max: u64) {
+    let cache = BodyCache::new(max, Arc::default());
+    let mut max = max;
+    let mut model = Model::default();
+    for (serial, op) in ops.into_iter().enumerate() {
+        match op {
+            Op::Put { id, len, pin } => {
+                let b = body(id, serial as u64, len);
+                cache.put(id, b.clone(), pin);
+                model.bodies.insert(id, b);
+                // Pinned stays pinned until unpinned, whatever is put.
+                if pin {
+                    model.pinned.insert(id);
+                }
+            }
+            Op::Get(id) => {
+                if let Some(got) = cache.get(id) {
+                    assert_eq!(Some(&got), model.bodies.get(&id), "job {id}");
+                }
+            }
+            Op::Unpin(ids) => {
+                for id in &ids {
+                    model.pinned.remove(id);
+                }
+                cache.unpin(ids);
+            }
+            Op::Remove(id) => {
+                cache.remove(id);
+                model.bodies.remove(&id);
+                model.pinned.remove(&id);
+                assert_eq!(cache.get(id), None);
+            }
+            Op::Resize(bytes) => {
+                max = bytes;
+                cache.resize(bytes);
+            }
+        }
+        check(&cache, &model, max);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn never_another_jobs_body_and_never_over_the_bound(
+        ops in proptest::collection::vec(op(), 1..300),
+        max in 0..3000u64,
+    ) {
+        run(ops, max);
+    }
+}
+
+#[test]
+fn hits_misses_and_eviction_by_clock() {
+    let stats = Arc::new(BinlogStats::default());
+    let each = charge(&body(0, 0, 100));
+    let cache = BodyCache::new(3 * each, stats.clone());
+    for id in 1..=3 {
+        cache.put(id, body(id, 0, 100), false);
+    }
+    // The hand clears every bit, then evicts the first slot it passes.
+    cache.put(4, body(4, 0, 100), false);
+    assert_eq!(cache.get(1), None);
+    // 2 is used again: the next eviction passes it over for 3.
+    assert!(cache.get(2).is_some());
+    cache.put(5, body(5, 0, 100), false);
+    assert_eq!(cache.get(3), None);
+    assert!(cache.get(2).is_some());
+    let figures = &stats.body_cache;
+    assert_eq!(figures.hits.load(RELAXED), 2);
+    assert_eq!(figures.misses.load(RELAXED), 2);
+    assert_eq!(figures.max_bytes.load(RELAXED), 3 * each);
+    assert_eq!(figures.bytes.load(RELAXED), 3 * each);
+}
+
+#[test]
+fn pinned_bodies_stay_past_the_bound_until_unpinned() {
+    let each = charge(&body(0, 0, 100));
+    let cache = BodyCache::new(each, Arc::default());
+    for id in 1..=5 {
+        cache.put(id, body(id, 0, 100), true);
+    }
+    assert_eq!(cache.sizes(), (5 * each, 5 * each));
+    // An unpinned body too large for the cache is not kept at all.
+    cache.put(9, body(9, 0, 1000), false);
+    assert_eq!(cache.get(9), None);
+    cache.unpin(1..=5);
+    assert_eq!(cache.sizes(), (each, 0));
+    // A body put again unpinned keeps its pin.
+    cache.put(7, body(7, 0, 100), true);
+    cache.put(7, body(7, 1, 100), false);
+    assert_eq!(cache.sizes().1, each);
+}
+
+#[test]
+fn the_ring_gives_its_room_back() {
+    let cache = BodyCache::new(u64::MAX, Arc::default());
+    for id in 0..10_000 {
+        cache.put(id, body(id, 0, 10), false);
+    }
+    for id in 0..9_990 {
+        cache.remove(id);
+    }
+    let ring = cache.lock();
+    assert!(ring.slots.len() < 100, "{} slots", ring.slots.len());
+    assert_eq!(ring.index.len(), 10);
+    for (&id, &at) in &ring.index {
+        assert_eq!(ring.slots[at as usize].as_ref().unwrap().id, id);
+    }
+}

@@ -1,0 +1,188 @@
+//! Reading a body back from the job's page (issue 33, step 2), for a
+//! reply whose body neither the engine nor the body cache holds.
+//!
+//! The lookup (`directory.rs`) and the read are not atomic: cleaning may
+//! move the image between them, and a freed slot may hold another job's
+//! page by then. So a read checks what it got before it trusts it: the
+//! page's header (its version, and the sequence number the lookup named:
+//! a slot given to a newer page fails there), the entry's framing, the
+//! entry's job id and length, and the image's decoding. Pages carry no
+//! checksum of their own: sled checks its log records' CRCs as it reads
+//! them, so damage on the disk fails in sled; what is left to catch here
+//! is a page that is not the one looked for, or not what it says. A body
+//! is the same in every image of its job (no command changes a body), so
+//! any image that checks out is the right body, even one the job has
+//! since moved from.
+//!
+//! A read that does not check out looks again only if the page log
+//! changed meanwhile (its epoch moved); otherwise the store is damaged:
+//! the read fails, its job id is logged, and it never hands out a body
+//! that is not the job's. Reads block (sled's own reads do): callers run
+//! them on a blocking thread, never under the engine lock.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use sprout_protocol::JobId;
+
+use super::body_cache::BodyCache;
+use super::directory::{Directory, Found};
+use super::page;
+use super::record;
+use super::slots::Slot;
+
+/// How many times a read whose page changed under it looks again.
+const RETRIES: u32 = 16;
+/// How long a read waits for the writer to finish a batch, at most.
+const SETTLE: Duration = Duration::from_secs(5);
+const SETTLE_POLL: Duration = Duration::from_micros(200);
+
+/// Why no body was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failed {
+    /// The store holds no image of the job (deleted, or never stored).
+    NotStored,
+    /// What the store holds for it does not check out: a damaged store.
+    /// Names the job.
+    Damaged(String),
+}
+
+/// Why one attempt did not give the body.
+enum Miss {
+    /// What a change of the page log between lookup and read explains.
+    Stale(&'static str),
+    Damaged(String),
+}
+
+/// Job `id`'s body, read from its page by `read_page` (a slot's value,
+/// `None` if the slot is empty) where `dir` says it is.
+pub fn read<V: AsRef<[u8]>>(
+    dir: &Directory,
+    read_page: impl Fn(Slot) -> io::Result<Option<V>>,
+    id: JobId,
+) -> Result<Bytes, Failed> {
+    let damaged = |why: &str| Failed::Damaged(format!("job {id}: {why}"));
+    let mut last = "";
+    for _ in 0..=RETRIES {
+        let epoch = settled(dir);
+        let attempt = match dir.find(id) {
+            None => Err(Miss::Stale("no place")),
+            Some(found) => match read_page(found.slot) {
+                Ok(Some(value)) => check(value.as_ref(), found, id),
+                Ok(None) => Err(Miss::Stale("its page's slot is empty")),
+                Err(e) => Err(Miss::Damaged(format!("reading its page: {e}"))),
+            },
+        };
+        let why = match attempt {
+            Ok(body) => return Ok(body),
+            Err(Miss::Damaged(why)) => return Err(damaged(&why)),
+            Err(Miss::Stale(why)) => why,
+        };
+        if dir.epoch() == epoch {
+            return Err(match why {
+                "no place" => Failed::NotStored,
+                why => damaged(why),
+            });
+        }
+        last = why;
+    }
+    Err(damaged(&format!("its page kept changing ({last})")))
+}
+
+/// The epoch once the writer is not in the middle of a batch (or after
+/// [`SETTLE`], should it never finish one).
+fn settled(dir: &Directory) -> u64 {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let epoch = dir.epoch();
+        if epoch.is_multiple_of(2) || Instant::now() > deadline {
+            return epoch;
+        }
+        std::thread::sleep(SETTLE_POLL);
+    }
+}
+
+/// The body in page `value`, if it is the page `found` names and holds an
+/// image of job `id` as long as `found` says.
+fn check(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Miss> {
+    let seq = found.seq;
+    let damaged = |e: &dyn std::fmt::Display| Miss::Damaged(format!("page {seq}: {e}"));
+    let (stored_seq, entries) = page::read(value).map_err(|e| damaged(&e))?;
+    if stored_seq != seq {
+        return Err(Miss::Stale("its page's slot holds another page"));
+    }
+    for entry in entries {
+        let entry = entry.map_err(|e| damaged(&e))?;
+        let Some(image) = entry.image().filter(|_| entry.id == id) else {
+            continue;
+        };
+        if entry.raw.len() != found.len as usize {
+            return Err(Miss::Stale("its image in the page is of another length"));
+        }
+        let job = record::decode_job(image).map_err(|e| damaged(&e))?;
+        if job.id != id {
+            return Err(damaged(&format!(
+                "an image of job {} filed as {id}",
+                job.id
+            )));
+        }
+        return Ok(job.body);
+    }
+    Err(Miss::Stale("its page holds no image of it"))
+}
+
+/// Bodies for replies: the cache's, else read from sled and kept in the
+/// cache. Used from a blocking thread (see the module docs).
+pub struct Bodies {
+    pub cache: Arc<BodyCache>,
+    pub dir: Arc<Directory>,
+    /// sled, until the store closes: a handle kept here would keep sled's
+    /// files locked after the absorber let go of its own.
+    db: Mutex<Option<::sled::Db>>,
+}
+
+// The connection's fill step (issue 33, step 2's last part) and stored
+// handles (step 3) are what call this outside the tests.
+#[allow(dead_code)]
+impl Bodies {
+    pub fn new(cache: Arc<BodyCache>, dir: Arc<Directory>, db: ::sled::Db) -> Bodies {
+        Bodies {
+            cache,
+            dir,
+            db: Mutex::new(Some(db)),
+        }
+    }
+
+    /// Lets go of sled (the store is closing): reads fail from now on.
+    pub fn close(&self) {
+        self.db.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// Job `id`'s body. A damaged store's failure is counted
+    /// (`body-cache-read-errors`) and logged with the job's id.
+    pub fn body(&self, id: JobId) -> Result<Bytes, Failed> {
+        if let Some(body) = self.cache.get(id) {
+            return Ok(body);
+        }
+        let db = self.db.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let read_page = |slot| match &db {
+            Some(db) => db.get(page::page_key(slot)).map_err(io::Error::from),
+            None => Err(io::Error::other("the store is closed")),
+        };
+        let got = read(&self.dir, read_page, id);
+        match &got {
+            Ok(body) => self.cache.put(id, body.clone(), false),
+            Err(Failed::Damaged(why)) => {
+                self.cache.read_failed();
+                tracing::error!(job = id, "a body cannot be read back from the store: {why}");
+            }
+            Err(Failed::NotStored) => {}
+        }
+        got
+    }
+}
+
+#[cfg(test)]
+mod tests;

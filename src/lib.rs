@@ -68,7 +68,7 @@
 //!    `Engine::reject` counts as beanstalkd does. With `--auth`, the
 //!    connection's `auth::Session` screens each request first: `auth`
 //!    itself, AUTH_REQUIRED before it, FORBIDDEN outside the grants
-//!    (`auth/decide.rs`, from facts the engine reads out in
+//!    (`auth/verdict.rs`, from facts the engine reads out in
 //!    `engine/access.rs`), the audit trail for admin actions.
 //! 3. **Engine**: under one lock (`shared::Shared::lock`) the connection
 //!    runs all it decoded, each with a fresh clock reading, through
@@ -118,7 +118,7 @@
 //!   `kickable`, …, each a test of the job's `tagged` flag first); the
 //!   batch commands in `engine/tuber_batch.rs`, the tags' bytes in the
 //!   store in `store/extras.rs`.
-//! * Who may run a command (`--auth`): `auth/decide.rs`, one pure
+//! * Who may run a command (`--auth`): `auth/verdict.rs`, one pure
 //!   function over the principal's grants; who a connection is and what
 //!   it may do before `auth`: `auth/session.rs`.
 //! * The admin API's changes: `engine/admin_ops.rs`; its reads:

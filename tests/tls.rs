@@ -509,7 +509,7 @@ fn a_large_answer_arrives_whole() {
     // The socket holds 256 KiB on this side (and a few MiB on the
     // server's): a reader slower than the server keeps it full, so the
     // server's writes meet a full socket, where rustls holds ciphertext
-    // back (src/tls/stream.rs).
+    // back (src/tls/tls_stream.rs).
     let mut client =
         tls_kit::tls_client_with_window(server.port(), pki.client_config(None), 256 * 1024);
     let body: Vec<u8> = (0..6_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();

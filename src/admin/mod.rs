@@ -125,7 +125,7 @@ fn request(command: &AdminCommand) -> Request {
 fn call(args: &AdminArgs) -> Result<Vec<u8>, String> {
     let token = match (&args.token, &args.token_file) {
         (Some(token), _) => Some(token.clone()),
-        (None, Some(file)) => Some(crate::http::config::read_token(file, "--token-file")?),
+        (None, Some(file)) => Some(crate::http::http_flags::read_token(file, "--token-file")?),
         (None, None) => None,
     };
     let (method, path, body) = request(&args.command);

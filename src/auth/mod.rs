@@ -4,7 +4,7 @@
 //!   names and grants; listeners' principals), loaded and checked.
 //! - `grant.rs`: the four actions and a principal's grants; `glob.rs`:
 //!   the tube patterns grants use.
-//! - `decide.rs`: the decision, a pure function of the grants, the
+//! - `verdict.rs`: the decision, a pure function of the grants, the
 //!   command and what the engine knows.
 //! - `token.rs`: token hashes and `sprout hash-token`; `cert.rs`: naming
 //!   a client certificate.
@@ -33,7 +33,6 @@
 
 pub mod audit;
 mod cert;
-mod decide;
 mod gate;
 mod glob;
 mod grant;
@@ -41,16 +40,17 @@ mod limit;
 mod policy;
 mod session;
 mod token;
+mod verdict;
 
 use std::path::PathBuf;
 
 pub use audit::log_directive;
-pub use decide::{decide, Decision, Facts, JobFacts, Need};
 pub use gate::Gate;
 pub use grant::{Action, Grants};
 pub use policy::{ByCert, LoadError, Policy, Principal, PrincipalId};
 pub use session::{proven_principal, Session, Step};
 pub use token::hash_token_command;
+pub use verdict::{decide, Decision, Facts, JobFacts, Need};
 
 /// `--auth`: the flag that turns authentication on.
 #[derive(Clone, Debug, Default, clap::Args)]

@@ -32,10 +32,10 @@ use std::time::Instant;
 use sprout_protocol::{Command, Request, Response, Token};
 
 use super::audit::{self, Actor};
-use super::decide::{decide, Decision, Facts};
 use super::gate::{Gate, Who};
 use super::grant::Action;
 use super::policy::{ByCert, PrincipalId};
+use super::verdict::{decide, Decision, Facts};
 use crate::peer::Peer;
 use crate::pending::Pending;
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use sprout_protocol::{JobId, ProtocolError, Rejected, TubeName};
 
 use super::*;
-use crate::auth::decide::JobFacts;
 use crate::auth::policy::Policy;
 use crate::auth::token::TokenHash;
+use crate::auth::verdict::JobFacts;
 use crate::peer::CertIdentity;
 use crate::pending::PendingLimit;
 

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 
 use super::backoff::Backoff;
-use super::clock::now_ms;
 use super::config::Node;
 use super::keys::KeyRef;
 use super::punctuality::Punctuality;
@@ -29,6 +28,7 @@ use super::redis_side::{Notifications, Redis};
 use super::report;
 use super::sync::Queue;
 use super::triggers::Triggers;
+use super::wall_clock::now_ms;
 use super::work::{Hint, Work};
 
 /// Where node `index`'s events go: the sync queue, the triggers, the

@@ -18,9 +18,9 @@
 
 use std::time::Duration;
 
-use super::clock::now_ms;
 use super::redis_side::Redis;
 use super::triggers::Triggers;
+use super::wall_clock::now_ms;
 
 /// How often each node is asked: the longest an unannounced wipe waits
 /// before its reconciliation starts.

@@ -4,7 +4,7 @@
 //! write-behind log under `--state-dir` (the file [`LOG`]). Every change is
 //! encoded as a record beside the map, under the same lock, and a writer
 //! thread appends the records and `fdatasync`s the file about every
-//! `writer::SYNC_EVERY`, so callers (async tasks) never wait for the disk. At open
+//! `index_writer::SYNC_EVERY`, so callers (async tasks) never wait for the disk. At open
 //! the log is replayed into the map.
 //!
 //! It may lag after a crash: the changes of the last ~100 ms may be lost,
@@ -22,7 +22,7 @@
 //! an index that fits in memory and need not be transactional.
 //!
 //! The log only grows, so when it is much larger than the live entries
-//! (see `writer::needs_compaction`) the writer thread writes a snapshot of the map
+//! (see `index_writer::needs_compaction`) the writer thread writes a snapshot of the map
 //! to a temporary file, syncs it, renames it over the log and syncs the
 //! directory. It copies one shard of the map at a time, so callers wait at
 //! most for one shard's copy; changes made meanwhile stay queued and are
@@ -59,19 +59,19 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use entry::{KeyEntry, CANCELLED, MARK_KEEP_MS};
+pub use index_writer::LOG;
+use index_writer::{write_snapshot, WriterHandle, TMP};
+pub use key_entry::{KeyEntry, CANCELLED, MARK_KEEP_MS};
+use key_record::{encode, replay, set_len};
 use map::{lock, KeyMap, Shard};
-use record::{encode, replay, set_len};
-pub use writer::LOG;
-use writer::{write_snapshot, WriterHandle, TMP};
 
-mod entry;
+mod index_writer;
 mod key;
+mod key_entry;
+mod key_record;
 mod map;
-mod record;
 #[cfg(test)]
 mod tests;
-mod writer;
 
 /// What the sled index of earlier versions left in the state dir.
 const SLED_FILES: [&str; 3] = ["db", "conf", "blobs"];
@@ -122,7 +122,8 @@ impl Index {
         let map = Arc::new(KeyMap::new());
         let replayed = |node, key: &[u8], entry| map.apply(node, key, entry, false);
         let log_bytes = replay(&file, &path, replayed).map_err(context)?;
-        let writer = writer::start(map.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
+        let writer =
+            index_writer::start(map.clone(), dir, dir_file, file, log_bytes).map_err(context)?;
         Ok(Index {
             map,
             _writer: Arc::new(writer),

@@ -11,7 +11,7 @@
 //! How, module by module, bottom up (every import points down the list):
 //! * Leaves, the shared vocabulary: [`config`] (the flags of `flags`,
 //!   validated once; the Redis nodes of `sources`, where `twemproxy`
-//!   reads a proxy's backends from its YAML), `clock` (the one clock
+//!   reads a proxy's backends from its YAML), `wall_clock` (the one clock
 //!   read), `keys` (a key as `KeyRef`/`KeyName`; the key hash of workers
 //!   and lock stripes, repeats in a batch), `work` (a key to sync and the
 //!   `Hint` of why), `gaps` (when a deletion could have gone unseen),
@@ -24,7 +24,7 @@
 //!   to Redis's `expired` event, for `/metrics` and the dashboard);
 //!   `sprout bridge`'s own process tunes glibc's allocator
 //!   ([`crate::malloc`]).
-//! * Adapters: `redis_side` and [`server_side`] (its streams in `conn`),
+//! * Adapters: `redis_side` and [`server_side`] (its streams in `server_conn`),
 //!   the two connections and their quirks (`redis_caps` finds out at
 //!   connect what each node can do; [`remote`], TLS and a token for a
 //!   secured server); `failure` (why a step failed, and the retry);
@@ -39,7 +39,7 @@
 //!   changed, old -> new) from what they report.
 //! * Workers: `registry` carries the plans out under per-key locks, in
 //!   pipelines and in the order that makes them safe (`registry` itself
-//!   syncs keys, `settle` settles due timers, `timers` puts, cancels and
+//!   syncs keys, `settle` settles due timers, `arming` puts, cancels and
 //!   verifies them); `sync` (the queue of keys and its workers), `due`
 //!   (workers reserving due timers from `bridge-timers.TUBE`), `events`
 //!   (keyspace events per node, each queued as a key to sync),
@@ -114,11 +114,10 @@
 //! else `PTTL` bracketed by two clock readings, see `redis_side`), and
 //! decisions compare expiries within the reading's error (`decide`).
 
+mod arming;
 mod backoff;
 mod body;
-mod clock;
 pub mod config;
-mod conn;
 mod decide;
 mod due;
 mod events;
@@ -138,13 +137,14 @@ mod registry;
 pub mod remote;
 mod report;
 mod sentinel;
+mod server_conn;
 pub mod server_side;
 mod settle;
 mod sources;
 mod sync;
-mod timers;
 mod triggers;
 mod twemproxy;
+mod wall_clock;
 mod work;
 
 use std::future::Future;
@@ -153,7 +153,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backoff::Backoff;
-pub use clock::now_ms;
 use config::Config;
 use index::Index;
 use keys::KeyName;
@@ -163,6 +162,7 @@ use redis_side::Redis;
 use registry::Registry;
 use server_side::{Connector, Flavour, Session};
 use triggers::Triggers;
+pub use wall_clock::now_ms;
 
 /// For a new cluster leader, before its embedded bridge starts
 /// (`cluster/bridge.rs`): which of `timers` (id and body of each timer the

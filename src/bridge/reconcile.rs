@@ -25,12 +25,12 @@ use std::time::Duration;
 
 use rustc_hash::FxHashSet;
 
-use super::clock::now_ms;
 use super::index::Index;
 use super::redis_cluster::Target;
 use super::redis_side::Redis;
 use super::sync::Queue;
 use super::triggers::Triggers;
+use super::wall_clock::now_ms;
 use super::work::{Hint, Work};
 
 /// How long the first pass waits for the event subscription.

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, RedisResult, Script};
 
-use super::clock::now_ms;
 use super::config::Node;
 use super::expiry::{Expiry, Reading};
 use super::redis_caps::{unreachable, Caps, Method};
+use super::wall_clock::now_ms;
 
 /// Notification classes the bridge needs: `K` keyspace channel, `g` generic
 /// (del, expire, persist, rename_*, copy_to, move_*, restore), `$` string

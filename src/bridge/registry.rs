@@ -48,7 +48,6 @@ use sprout_protocol::JobId;
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::body::Timer;
-use super::clock::now_ms;
 use super::config::{Config, Node};
 use super::decide::{self, Sync};
 use super::expiry::{Expiry, Reading};
@@ -59,6 +58,7 @@ use super::punctuality::Punctuality;
 use super::redis_cluster::Target;
 use super::server_side::{Flavour, Session};
 use super::triggers::Triggers;
+use super::wall_clock::now_ms;
 use super::work::Work;
 
 /// How long a firing worker may hold a timer before the server hands it to

@@ -19,7 +19,7 @@ use sprout_protocol::{Command, Response, Token};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::conn::ServerConn;
+use super::server_conn::ServerConn;
 use crate::client::{self, Client};
 
 /// The flags of the link to the server.
@@ -77,7 +77,7 @@ impl Remote {
         let token = match &args.token_file {
             None => None,
             Some(file) => {
-                let token = crate::http::config::read_token(file, "--server-token-file")
+                let token = crate::http::http_flags::read_token(file, "--server-token-file")
                     .map_err(RemoteError::Token)?;
                 if token.is_empty() {
                     return Err(RemoteError::EmptyToken(file.clone()));

@@ -19,10 +19,10 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult};
 
-use super::clock::now_ms;
 use super::config::Sentinel;
 use super::redis_side::Redis;
 use super::triggers::Triggers;
+use super::wall_clock::now_ms;
 
 /// How often the sentinels are asked besides `+switch-master`.
 pub const POLL: Duration = Duration::from_secs(1);

@@ -14,8 +14,8 @@ use std::time::Duration;
 use sprout_protocol::{Command, Response};
 
 use super::backoff::Backoff;
-use super::conn::ServerConn;
 use super::remote::Remote;
+use super::server_conn::ServerConn;
 use super::triggers::Triggers;
 use crate::client::{self, Client};
 use crate::connection::LocalConnector;

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use sprout_protocol::{Command, JobId, Response};
 
-use super::clock::now_ms;
 use super::decide::{self, Claim, Settle};
 use super::expiry::Reading;
 use super::failure::{check, Failure, Result};
@@ -16,6 +15,7 @@ use super::index::KeyEntry;
 use super::keys::KeyRef;
 use super::registry::{Arm, Due, Registry, TIMER_PRI};
 use super::server_side::Session;
+use super::wall_clock::now_ms;
 
 /// A delivery to make: the timer's id, the delivery's body, the key.
 struct Delivery<'k> {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::clock::now_ms;
 use super::gaps::Gaps;
+use super::wall_clock::now_ms;
 
 struct Node {
     wake: Notify,

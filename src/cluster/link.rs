@@ -245,7 +245,7 @@ impl Link {
                 password_file,
             } => {
                 let flag = "--cluster-password-file";
-                let password = crate::http::config::read_token(password_file, flag)
+                let password = crate::http::http_flags::read_token(password_file, flag)
                     .map_err(LinkError::Unread)?;
                 if password.is_empty() {
                     return Err(LinkError::Empty {
@@ -360,7 +360,7 @@ fn is_loopback(host: &str) -> bool {
 /// The NKey user seed in `file` (its first line), checked.
 fn read_nkey(file: &Path) -> Result<String, LinkError> {
     let seed =
-        crate::http::config::read_token(file, "--cluster-nkey").map_err(LinkError::Unread)?;
+        crate::http::http_flags::read_token(file, "--cluster-nkey").map_err(LinkError::Unread)?;
     let pair = nkeys::KeyPair::from_seed(&seed);
     match pair {
         Ok(pair) if pair.public_key().starts_with('U') => Ok(seed),

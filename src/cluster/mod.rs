@@ -9,7 +9,7 @@
 //! out, and pass their clients through to the leader meanwhile.
 //!
 //! How, module by module:
-//! - `config.rs`: the flags;
+//! - `cluster_flags.rs`: the flags;
 //! - `link.rs`: the link to NATS: credentials, TLS, clear text only on
 //!   this host;
 //! - `version.rs`: refuse NATS servers too old for these guarantees;
@@ -39,7 +39,7 @@
 
 mod bridge;
 mod claim;
-pub mod config;
+pub mod cluster_flags;
 mod follow;
 pub mod held;
 pub mod lease;
@@ -64,7 +64,7 @@ mod vouch;
 pub mod writer;
 
 pub use bridge::SteppedDown;
-pub use config::{ClusterArgs, ConfigError, Options};
+pub use cluster_flags::{ClusterArgs, ConfigError, Options};
 pub use peers::PeerTls;
 pub use role::Role;
 pub use side::{start, Side};

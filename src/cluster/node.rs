@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::claim::{self, Claim};
-use super::config::Options;
+use super::cluster_flags::Options;
 use super::follow::PageError;
 use super::follow::{self, Change, Pages};
 use super::held::Held;

@@ -14,7 +14,7 @@ use crate::peer::Peer;
 use crate::shared::Shared;
 
 use super::bridge::SteppedDown;
-use super::config::Options;
+use super::cluster_flags::Options;
 use super::peers::PeerTls;
 use super::role::Role;
 use super::{bridge, node, relay, version, via, vouch, writer};

@@ -26,12 +26,12 @@ use crate::engine::{Cursor, JobInfo, State as JobState, TubeFigures};
 use super::app::App;
 use super::auth;
 use super::batch;
+use super::bridge_timers;
 use super::caller::Caller;
 use super::error::ApiError;
 use super::extract::{Json, Query};
 use super::figures;
 use super::metrics::BridgeFigures;
-use super::timers;
 
 /// Job bodies up to this size are inlined in `GET /api/jobs/{id}`; larger
 /// ones only through `/api/jobs/{id}/body`.
@@ -242,7 +242,7 @@ async fn server(State(app): State<Arc<App>>) -> Reply {
                 "lateness_p99_ms": recent.quantile_ms(0.99),
             })
         });
-        let timers = timers::json(&timers::apart(engine, now));
+        let timers = bridge_timers::json(&bridge_timers::apart(engine, now));
         (engine.stats_at(now), bridge, timers)
     })?;
     ok(json!({

@@ -15,7 +15,7 @@ use crate::store;
 use super::caller::Caller;
 use super::error::ApiError;
 use super::history::History;
-use super::session::Sessions;
+use super::sign_in::Sessions;
 
 pub struct App {
     /// Set when the server has recovered and starts serving.

@@ -3,11 +3,11 @@
 //! `--http-token` when `--http-token-metrics` says so) need a credential:
 //! a bearer header (`Authorization: Bearer TOKEN`, for scripts and
 //! `sprout admin`) or a session the dashboard's `/login` started (its
-//! cookie holds a random session id, never the token: `session.rs`).
+//! cookie holds a random session id, never the token: `sign_in.rs`).
 //! Health checks stay open.
 //!
 //! A token is `--http-token` (every action), or a principal's token from
-//! the `--auth` policy, with that principal's grants: `access.rs` says
+//! the `--auth` policy, with that principal's grants: `route_access.rs` says
 //! what each route needs, and a caller without it gets 403 (a read-only
 //! principal sees the dashboard, and its buttons are refused). Wrong
 //! tokens count against the address as they do on the beanstalk port
@@ -31,12 +31,12 @@ use axum::routing::get;
 use axum::{Form, Router};
 use serde::Deserialize;
 
-use super::access::{self, Scope};
 use super::app::App;
 use super::caller::Caller;
 use super::client_addr::ClientAddr;
 use super::error::ApiError;
-use super::session::SessionId;
+use super::route_access::{self, Scope};
+use super::sign_in::SessionId;
 use crate::auth::{audit, Action, Gate};
 use crate::peer::Peer;
 
@@ -98,7 +98,7 @@ async fn api_gate(
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_owned());
-    let need = access::need(request.method(), route.as_deref().unwrap_or(""));
+    let need = route_access::need(request.method(), route.as_deref().unwrap_or(""));
     let tube = target_tube(&app, &mut request, need.scope).await;
     let allowed = match &tube {
         Some(tube) => caller.may(gate, need.action, need.scope, tube),

@@ -2,7 +2,7 @@
 //! that caller may do (the grants of `--auth`'s policy; `auth.rs` checks
 //! them per route).
 
-use super::access::Scope;
+use super::route_access::Scope;
 use crate::auth::{Action, Gate, PrincipalId};
 
 /// Who a request is from, once it has shown a credential.

@@ -14,8 +14,8 @@ use serde::Serialize;
 use crate::engine::{Histogram, Latency};
 use crate::shared::Shared;
 
+use super::bridge_timers;
 use super::figures;
-use super::timers;
 
 /// Samples kept: ten minutes.
 const KEPT: usize = 600;
@@ -72,7 +72,7 @@ pub async fn sample(history: Arc<History>, shared: Arc<Shared>) {
         let (doc, latency, apart) = {
             let mut state = shared.lock();
             let doc = state.engine.stats_at(now);
-            let apart = timers::apart(&mut state.engine, now);
+            let apart = bridge_timers::apart(&mut state.engine, now);
             (doc, state.engine.latency_total(now), apart)
         };
         // The user's figures: the bridge's timer tubes left out.
@@ -84,12 +84,12 @@ pub async fn sample(history: Arc<History>, shared: Arc<Shared>) {
         let reserve_wait = latency.reserve_wait.since(&timer_latency.reserve_wait);
         let wait = reserve_wait.since(&last);
         last = reserve_wait;
-        let share = timers::share(&apart);
-        let get = |key| figures::get(&doc, key) - timers::of(&share, key);
+        let share = bridge_timers::share(&apart);
+        let get = |key| figures::get(&doc, key) - bridge_timers::of(&share, key);
         let seconds = |micros: f64| micros / 1e6;
         history.push(Sample {
             t: now as f64 / 1e6,
-            puts: figures::get(&doc, "cmd-put") - timers::of(&share, "total-jobs"),
+            puts: figures::get(&doc, "cmd-put") - bridge_timers::of(&share, "total-jobs"),
             reserves: get("cmd-reserve") + get("cmd-reserve-with-timeout"),
             deletes: get("cmd-delete"),
             ready: get("current-jobs-ready"),

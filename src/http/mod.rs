@@ -3,7 +3,7 @@
 //! runtime (axum over hyper).
 //!
 //! How, file by file:
-//! * `config`: the `--http*` flags.
+//! * `http_flags`: the `--http*` flags.
 //! * `app`: what handlers share, and `app::App::change`, the one way
 //!   they change the queue (through the engine and the store, like a
 //!   protocol command).
@@ -14,8 +14,8 @@
 //! * `auth`: who a request is from (`--http-token`, or a principal of
 //!   `--auth`; a bearer header, or a session the dashboard's login
 //!   started) and whether it may (`caller`: the caller and its grants);
-//!   `access`: what each route needs;
-//!   `session`: the sign-ins, kept on the server.
+//!   `route_access`: what each route needs;
+//!   `sign_in`: the sign-ins, kept on the server.
 //! * `tls_accept`: `--http-tls`, handshakes in their own tasks.
 //! * `dashboard`: the page at `/`, its assets compiled into the binary.
 //! * `history`: the last ten minutes of figures, for the charts.
@@ -39,30 +39,30 @@ use tokio::net::TcpListener;
 use crate::bridge;
 use crate::shared::Shared;
 
-mod access;
 mod api;
 mod app;
 mod auth;
 mod batch;
 mod bridge_port;
+mod bridge_timers;
 mod caller;
 mod client_addr;
-pub(crate) mod config;
 mod dashboard;
 mod error;
 mod extract;
 mod figures;
 mod health;
 mod history;
+pub(crate) mod http_flags;
 mod metrics;
-mod session;
-mod timers;
+mod route_access;
+mod sign_in;
 mod tls_accept;
 
 use app::App;
 pub use bridge_port::serve_bridge_metrics;
 use client_addr::ClientAddr;
-pub use config::{HttpArgs, Options};
+pub use http_flags::{HttpArgs, Options};
 pub use tls_accept::HttpTls;
 use tls_accept::TlsListener;
 

@@ -10,9 +10,9 @@ use std::sync::{Arc, RwLock};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
 
-use super::args::Files;
 use super::pem;
 use super::provider::provider;
+use super::tls_flags::Files;
 
 /// The current configuration of every TLS listener, and where it came from.
 pub struct Certs {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use super::identity;
-use super::stream::Stream;
+use super::tls_stream::Stream;
 use crate::peer::CertIdentity;
 
 /// Completes the handshake on `stream` with `config` by `deadline`; the

@@ -9,7 +9,7 @@
 //!
 //! # How, file by file
 //!
-//! * `args.rs`: the flags ([`TlsArgs`]) and which combinations make sense
+//! * `tls_flags.rs`: the flags ([`TlsArgs`]) and which combinations make sense
 //!   ([`Options::from_args`]).
 //! * `pem.rs`: reading the chain, the key and a CA bundle (for the
 //!   cluster's peer links too, `cluster/peers.rs`), with errors
@@ -21,10 +21,10 @@
 //! * `handshake.rs`: `accept`, one handshake under the
 //!   connection's deadline, and the identity it proved (`identity.rs`:
 //!   x509-parser reads the subject and its alternative names), and the
-//!   stream it yields (`stream.rs`: it behaves as the plain socket
+//!   stream it yields (`tls_stream.rs`: it behaves as the plain socket
 //!   `connection.rs` expects: a write is done when it is on the socket, a
 //!   hang-up without `close_notify` is an end of stream).
-//! * `client.rs`: [`client_config`], the other side, for the load tool,
+//! * `client_config.rs`: [`client_config`], the other side, for the load tool,
 //!   the tests and node-to-node links.
 //!
 //! The accept path itself is in `server.rs`: accept, take a slot of
@@ -39,18 +39,18 @@
 //! resumption through its in-memory cache only); ALPN is not negotiated
 //! (the beanstalk protocol has no name to offer).
 
-mod args;
 mod certs;
-mod client;
+mod client_config;
 mod handshake;
 mod identity;
 pub(crate) mod pem;
 mod provider;
-mod stream;
+mod tls_flags;
+mod tls_stream;
 
-pub use args::{Files, Options, TlsArgs};
 pub use certs::{on_sighup, Certs};
-pub use client::client_config;
+pub use client_config::client_config;
 pub(crate) use handshake::accept;
 pub(crate) use provider::provider;
-pub use stream::Stream;
+pub use tls_flags::{Files, Options, TlsArgs};
+pub use tls_stream::Stream;

@@ -8,9 +8,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use hashbrown::hash_table::{Entry as Place, HashTable};
 
-use super::entry::KeyEntry;
 use super::key::Key;
-use super::record::{encode, set_len};
+use super::key_entry::KeyEntry;
+use super::key_record::{encode, set_len};
 
 /// Shards of the map (each under its own mutex).
 pub(super) const SHARDS: usize = 16;

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::record::{set_len, HEADER, MAGIC, PAYLOAD_MIN};
-use super::writer::needs_compaction;
+use super::index_writer::needs_compaction;
+use super::key_record::{set_len, HEADER, MAGIC, PAYLOAD_MIN};
 use super::*;
 
 fn temp_dir(name: &str) -> PathBuf {

@@ -4,11 +4,11 @@
 
 mod admin;
 mod cluster;
-mod commands;
-mod ext;
+mod commands_tests;
+mod ext_tests;
 mod internals;
 mod reserving;
-mod stats;
+mod stats_tests;
 mod tubes;
 
 use std::collections::{BTreeSet, HashMap};

@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use super::entry::KeyEntry;
+use super::key_entry::KeyEntry;
 
 /// The first bytes of the log (the format's version is its last digit).
 pub(super) const MAGIC: &[u8; 8] = b"SPRIDX1\n";

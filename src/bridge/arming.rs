@@ -6,12 +6,12 @@
 use sprout_protocol::{Command, Response};
 
 use super::body::Timer;
-use super::clock::now_ms;
 use super::decide;
 use super::failure::{Failure, Result};
 use super::index::{KeyEntry, CANCELLED};
 use super::registry::{Arm, Cancel, Registry, Verify, TIMER_PRI, TIMER_TTR};
 use super::server_side::Session;
+use super::wall_clock::now_ms;
 
 impl Registry {
     /// For each [`Arm`]: puts a timer for `at`, records it, then drops

@@ -1,7 +1,7 @@
 //! What each guarded HTTP route needs of its caller: one of the policy's
 //! four actions (`auth/grant.rs`), on the tube the route names, on the
 //! tube of the job it names, on some tube or on every tube. The HTTP
-//! twin of `auth/decide.rs`: reads are `inspect`, a put is `produce`,
+//! twin of `auth/verdict.rs`: reads are `inspect`, a put is `produce`,
 //! every other change is `admin`, as the issue has every HTTP admin
 //! action need `admin`.
 //!

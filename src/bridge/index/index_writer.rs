@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::key_record::{encode, MAGIC};
 use super::map::{lock, KeyMap, Shard};
-use super::record::{encode, MAGIC};
 
 /// The log's file name in the state dir.
 pub const LOG: &str = "index.log";

@@ -84,9 +84,10 @@ pub fn sync(hint: Hint, current: Option<KeyEntry>, read: Reading, now_ms: i64) -
             }
         }
         (Expiry::At(at), old) => Sync::Arm { at, old },
-        // Gone at or after its deadline: expired, left to its timer.
+        // Gone at or after its deadline: expired, left to its timer (unless
+        // Redis said a command took it away).
         (Expiry::Gone, Some(cur))
-            if hint.expired || cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms =>
+            if hint.expired || !hint.removed && cur.expire_at_ms - EXPIRY_SLACK_MS <= now_ms =>
         {
             Sync::Keep
         }

@@ -137,6 +137,7 @@ mod tests {
                 expired,
                 verify,
                 changed: !expired,
+                removed: false,
             },
         }
     }

@@ -14,7 +14,16 @@ pub struct Hint {
     /// Something besides `expired` asked (another event, or SCAN): Redis
     /// must be read even if the key's expiry was already delivered.
     pub changed: bool,
+    /// Redis announced the key taken away by a command ([`REMOVALS`]): if
+    /// it is gone, it did not expire, however near its deadline the bridge
+    /// reads it (a bridge lagging behind its events read a key renamed
+    /// away 400 ms before its deadline only within the slack, and fired it).
+    pub removed: bool,
 }
+
+/// The keyspace events of a key taken away by a command, not by its TTL:
+/// `DEL`/`UNLINK`/`GETDEL`, `RENAME`'s source, `MOVE`'s source.
+pub const REMOVALS: [&[u8]; 3] = [b"del", b"rename_from", b"move_from"];
 
 impl Hint {
     /// The hint of a keyspace event named `event`.
@@ -24,6 +33,7 @@ impl Hint {
             expired,
             verify: false,
             changed: !expired,
+            removed: REMOVALS.contains(&event),
         }
     }
 
@@ -33,6 +43,7 @@ impl Hint {
             expired: false,
             verify,
             changed: true,
+            removed: false,
         }
     }
 
@@ -42,6 +53,7 @@ impl Hint {
             expired: self.expired | other.expired,
             verify: self.verify | other.verify,
             changed: self.changed | other.changed,
+            removed: self.removed | other.removed,
         }
     }
 }
@@ -56,5 +68,30 @@ pub struct Work {
 impl Work {
     pub fn key_ref(&self) -> KeyRef<'_> {
         KeyRef::new(self.node, &self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Hint;
+
+    #[test]
+    fn only_a_command_that_takes_the_key_away_is_a_removal() {
+        #[rustfmt::skip]
+        let rows: &[(&str, bool, bool)] = &[
+            // (event, expired, removed)
+            ("del", false, true),
+            ("rename_from", false, true),
+            ("move_from", false, true),
+            ("rename_to", false, false),
+            ("expire", false, false),
+            ("set", false, false),
+            ("evicted", false, false),
+            ("expired", true, false),
+        ];
+        for &(event, expired, removed) in rows {
+            let hint = Hint::event(event.as_bytes());
+            assert_eq!((hint.expired, hint.removed), (expired, removed), "{event}");
+        }
     }
 }

@@ -22,8 +22,10 @@ pub struct Hint {
 }
 
 /// The keyspace events of a key taken away by a command, not by its TTL:
-/// `DEL`/`UNLINK`/`GETDEL`, `RENAME`'s source, `MOVE`'s source.
-pub const REMOVALS: [&[u8]; 3] = [b"del", b"rename_from", b"move_from"];
+/// `RENAME`'s and `MOVE`'s source. Not `del`: a replica announces the
+/// expiries its master sends it as `DEL`s with that name (a master just
+/// demoted in a Redis Cluster failover did, and due keys were lost).
+pub const REMOVALS: [&[u8]; 2] = [b"rename_from", b"move_from"];
 
 impl Hint {
     /// The hint of a keyspace event named `event`.
@@ -80,7 +82,7 @@ mod tests {
         #[rustfmt::skip]
         let rows: &[(&str, bool, bool)] = &[
             // (event, expired, removed)
-            ("del", false, true),
+            ("del", false, false),
             ("rename_from", false, true),
             ("move_from", false, true),
             ("rename_to", false, false),

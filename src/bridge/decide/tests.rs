@@ -20,7 +20,7 @@ const EVENT: Hint = Hint {
     changed: true,
     removed: false,
 };
-/// `del`, `rename_from` or `move_from`.
+/// `rename_from` or `move_from`.
 const REMOVED: Hint = Hint {
     expired: false,
     verify: false,
@@ -65,9 +65,9 @@ fn sync_has_one_plan_per_case() {
         ("gone with an expired event", EXPIRED, Some(pending), Gone, Sync::Keep),
         ("gone within the slack of its deadline", EVENT, Some(due_soon), Gone, Sync::Keep),
         ("gone after its deadline", EVENT, Some(entry(NOW - 10, 7)), Gone, Sync::Keep),
-        ("renamed or deleted, read within the slack: deleted", REMOVED, Some(due_soon), Gone, Sync::Cancel(due_soon)),
-        ("renamed or deleted, read after its deadline: deleted", REMOVED, Some(entry(NOW - 10, 7)), Gone, Sync::Cancel(entry(NOW - 10, 7))),
-        ("deleted, then expired again: expired", REMOVED.merge(EXPIRED), Some(due_soon), Gone, Sync::Keep),
+        ("renamed away, read within the slack: taken away", REMOVED, Some(due_soon), Gone, Sync::Cancel(due_soon)),
+        ("renamed away, read after its deadline: taken away", REMOVED, Some(entry(NOW - 10, 7)), Gone, Sync::Cancel(entry(NOW - 10, 7))),
+        ("renamed away, then written and expired again: expired", REMOVED.merge(EXPIRED), Some(due_soon), Gone, Sync::Keep),
         ("gone just before the slack: deleted", EVENT, Some(past_slack), Gone, Sync::Cancel(past_slack)),
         ("gone well before its deadline: deleted", EVENT, Some(pending), Gone, Sync::Cancel(pending)),
         ("TTL cleared (PERSIST, plain SET)", EVENT, Some(pending), Persistent, Sync::Cancel(pending)),

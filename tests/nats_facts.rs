@@ -265,6 +265,155 @@ async fn atomic_batch_fenced_by_expected_last_sequence() {
     );
 }
 
+/// Sends `batches` (id, messages) back to back and returns each one's
+/// answer (the commit's), by id.
+async fn pipelined(client: &Client, batches: Vec<(String, Vec<Msg>)>) -> BTreeMap<String, String> {
+    let inbox = client.new_inbox();
+    let mut sub = client
+        .subscribe(format!("{inbox}.>"))
+        .await
+        .expect("subscribe");
+    let n = batches.len();
+    for (id, msgs) in batches {
+        send_batch_replies(client, &inbox, &id, msgs, false).await;
+    }
+    let mut replies = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while replies.len() < n {
+        let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await else {
+            break;
+        };
+        let id = m
+            .subject
+            .as_str()
+            .split('.')
+            .rev()
+            .nth(1)
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&m.payload).into_owned();
+        replies.insert(id.to_string(), text);
+    }
+    replies
+}
+
+/// `msgs`, the first also fenced on `subject` holding stream sequence
+/// `seq` (`Nats-Expected-Last-Subject-Sequence` with `-Subject`).
+fn on_subject(mut msgs: Vec<Msg>, subject: &str, seq: u64) -> Vec<Msg> {
+    let first = &mut msgs[0].headers;
+    first.push(("Nats-Expected-Last-Subject-Sequence", seq.to_string()));
+    first.push((
+        "Nats-Expected-Last-Subject-Sequence-Subject",
+        subject.into(),
+    ));
+    msgs
+}
+
+/// The hole behind `cluster/fence.rs`: batches chained on stream sequences
+/// alone do not fence a pipelining writer. A deposed leader's batch `b1`
+/// is refused because a claim took its place, but the batch it had sent
+/// behind it, `b2`, expects where `b1` would have ended, which is where
+/// the claim ended (one message each): `b2` is stored after the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_fence_alone_lets_a_pipelined_batch_in_after_a_claim() {
+    let test = "a_sequence_fence_alone_lets_a_pipelined_batch_in_after_a_claim";
+    let Some((_c, client, mut stream)) = setup(test, "SF", 1).await else {
+        return;
+    };
+    let ok = batch(&client, "w", fenced("SF.p", 1, 0), Duration::from_secs(2)).await;
+    assert_eq!(json(&ok[&1])["seq"], 1);
+    let claim = batch(
+        &client,
+        "claim",
+        fenced("SF.m", 1, 1),
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(json(&claim[&1])["seq"], 2);
+    let stale = vec![
+        ("b1".to_string(), fenced("SF.q", 1, 1)),
+        ("b2".to_string(), fenced("SF.r", 1, 2)),
+    ];
+    let replies = pipelined(&client, stale).await;
+    eprintln!("a deposed leader's pipelined batches after a claim: {replies:?}");
+    assert_eq!(json(&replies["b1"])["error"]["err_code"], 10071);
+    assert_eq!(
+        json(&replies["b2"])["seq"],
+        3,
+        "b2 is stored after the claim"
+    );
+    assert_eq!(last_seq(&mut stream).await, 3);
+}
+
+/// The fence that closes it: each batch also expects a fence subject to
+/// hold the writer's claim (`Nats-Expected-Last-Subject-Sequence` with
+/// `-Subject`), and a claim rewrites every fence subject. Batches may
+/// pipeline only on distinct fence subjects: the server refuses an
+/// expectation on a subject while another one on it is in process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_subject_refuses_a_deposed_writer_and_rotating_ones_pipeline() {
+    let test = "a_fence_subject_refuses_a_deposed_writer_and_rotating_ones_pipeline";
+    let Some((_c, client, mut stream)) = setup(test, "FS", 1).await else {
+        return;
+    };
+    const F: u64 = 4;
+    let claim_msgs = |expect: u64| {
+        let mut msgs: Vec<Msg> = (0..F).map(|k| msg(&format!("FS.f.{k}"), b"")).collect();
+        msgs.push(msg("FS.m", b"claim"));
+        msgs[0]
+            .headers
+            .push(("Nats-Expected-Last-Sequence", expect.to_string()));
+        msgs
+    };
+    // Claim A: fence k at sequence k + 1, the meta message at F + 1.
+    let a = batch(&client, "a", claim_msgs(0), Duration::from_secs(2)).await;
+    assert_eq!(json(&a[&(F as usize + 1)])["seq"], F + 1);
+    let fence = |k: u64| (format!("FS.f.{}", k % F), k % F + 1);
+    // 40 chained batches of 2, batch k on fence k mod F, sent F at a time
+    // (as a writer with F in flight sends batch k + F once k is answered):
+    // all stored.
+    let chained = |k: u64, on: (String, u64)| {
+        let msgs = fenced(&format!("FS.p.{k}"), 2, F + 1 + 2 * k);
+        (format!("r{k}"), on_subject(msgs, &on.0, on.1))
+    };
+    for round in 0..10 {
+        let window = (round * F..(round + 1) * F).map(|k| chained(k, fence(k)));
+        let replies = pipelined(&client, window.collect()).await;
+        let stored = replies.values().filter(|r| json(r).get("error").is_none());
+        assert_eq!(stored.count(), F as usize, "rotating fences: {replies:?}");
+    }
+    let end = last_seq(&mut stream).await;
+    assert_eq!(end, F + 1 + 80);
+    // The same fence subject on F batches at once: those sent while
+    // another expectation on it is in process are refused (10164, how
+    // many depends on timing), and so is every batch chained behind them.
+    let same = (0..F)
+        .map(|k| {
+            let msgs = fenced(&format!("FS.s.{k}"), 2, end + 2 * k);
+            (format!("s{k}"), on_subject(msgs, "FS.f.0", 1))
+        })
+        .collect();
+    let replies = pipelined(&client, same).await;
+    eprintln!("{F} pipelined batches on one fence subject: {replies:?}");
+    let end = last_seq(&mut stream).await;
+
+    // Claim B (F + 1 messages) lands where A's next batch would have.
+    let b = batch(&client, "b", claim_msgs(end), Duration::from_secs(2)).await;
+    assert_eq!(json(&b[&(F as usize + 1)])["seq"], end + F + 1);
+    // A's stale batches: one as long as the claim (refused by sequence),
+    // then one chained on its end, which the sequence alone would let in.
+    let b1 = on_subject(fenced("FS.q", F as usize + 1, end), "FS.f.1", 2);
+    let b2 = on_subject(fenced("FS.r", 1, end + F + 1), "FS.f.2", 3);
+    let replies = pipelined(&client, vec![("b1".into(), b1), ("b2".into(), b2)]).await;
+    eprintln!("a deposed leader's fenced batches after a claim: {replies:?}");
+    assert_eq!(json(&replies["b1"])["error"]["err_code"], 10071);
+    assert_eq!(
+        json(&replies["b2"])["error"]["err_code"],
+        10071,
+        "b2 fenced"
+    );
+    assert_eq!(last_seq(&mut stream).await, end + F + 1, "nothing stored");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atomic_batch_with_a_rejected_message_stores_nothing() {
     let Some((_c, client, mut stream)) = setup(

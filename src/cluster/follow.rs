@@ -123,6 +123,8 @@ impl Pages {
                 self.meta = Meta::decode(&payload)?;
                 return Ok(());
             }
+            // Only a claim's own leader reads its fences (`fence.rs`).
+            Subject::Fence(_) => return Ok(()),
             Subject::Page(slot) => slot,
         };
         let bad = |error| PageError::Corrupt { slot, seq, error };

@@ -16,7 +16,8 @@
 //! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
 //! - `meta.rs`: who leads, the epoch, the id ceiling;
 //! - `placement.rs`: refuse more copies than NATS has servers;
-//! - `publish.rs`: a group commit as one fenced atomic batch;
+//! - `publish.rs`: a group commit as one fenced atomic batch; `fence.rs`:
+//!   why a claim also writes fence subjects that a leader's batches expect;
 //! - `writer.rs`: the leader's store;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
@@ -40,6 +41,7 @@
 mod bridge;
 mod claim;
 pub mod cluster_flags;
+pub mod fence;
 mod follow;
 pub mod held;
 pub mod lease;
@@ -49,14 +51,14 @@ mod meta;
 pub mod node;
 pub mod peers;
 mod placement;
-mod publish;
+pub mod publish;
 pub mod relay;
 mod role;
 mod side;
 mod standby;
 mod status;
-mod stream;
-mod subjects;
+pub mod stream;
+pub mod subjects;
 mod timing;
 pub mod version;
 pub mod via;

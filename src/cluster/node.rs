@@ -2,12 +2,14 @@
 //! over when the lease is free, and leads until it is deposed or stopped.
 //!
 //! Taking over: a caught-up standby takes the lease (`standby.rs`), then
-//! claims the stream: a meta message with the next epoch, fenced on the
-//! last message it read (`Nats-Expected-Last-Sequence`). If anyone wrote
-//! after that (a deposed leader's last batch), the claim fails and it
-//! reads on to the stream's end and claims again; once the claim is in, every later write of the old
-//! leader is refused by the stream itself, whatever the clocks say. The
-//! engine replica already holds every job, so serving starts right away.
+//! claims the stream: the fence subjects and a meta message with the next
+//! epoch (`fence.rs`), fenced on the last message it read
+//! (`Nats-Expected-Last-Sequence`). If anyone wrote after that (a deposed
+//! leader's last batch), the claim fails and it reads on to the stream's
+//! end and claims again; once the claim is in, every later write of the
+//! old leader is refused by the stream itself, whatever the clocks say.
+//! The engine replica already holds every job, so serving starts right
+//! away.
 //!
 //! A leader that loses the lease, or whose batch the stream refuses, stops
 //! (the process exits: fail-stop); nothing it had not got acknowledged was
@@ -26,6 +28,7 @@ use tokio::sync::watch;
 
 use super::claim::{self, Claim};
 use super::cluster_flags::Options;
+use super::fence::Fences;
 use super::follow::PageError;
 use super::follow::{self, Change, Pages};
 use super::held::Held;
@@ -35,7 +38,7 @@ use super::link::LinkError;
 use super::members;
 use super::meta::Meta;
 use super::placement;
-use super::publish::{self, Refusal};
+use super::publish::{self, Chain, Refusal};
 use super::role::Role;
 use super::standby::Standby;
 use super::status::{Part, Teller};
@@ -272,6 +275,8 @@ async fn lead(
         subjects: node.subjects.clone(),
         pages,
         meta,
+        fences: follower.fences,
+        sent_batches: 0,
     };
     writer.pages.log.reslot();
     writer.start();
@@ -334,6 +339,8 @@ struct Follower {
     caught_up: bool,
     /// Tells this node's part as it changes (`status.rs`).
     teller: Teller,
+    /// What this node's claim wrote on the fence subjects, once made.
+    fences: Fences,
 }
 
 impl Follower {
@@ -362,6 +369,7 @@ impl Follower {
             changes: Vec::new(),
             caught_up,
             teller: Teller::new(&node.options.name, &node.options.node),
+            fences: Fences::default(),
         };
         let standby = follower.stats("standby");
         show(&mut follower.shared.lock().engine, standby);
@@ -468,12 +476,14 @@ impl Follower {
                 node: node.options.node.clone(),
                 addr: node.options.advertise.clone(),
             };
-            let message = [(node.subjects.meta(), Bytes::from(claim.encode()))];
+            let messages = Fences::claim(&node.subjects, Bytes::from(claim.encode()));
             let id = format!("e{}claim", claim.epoch);
             let after = self.pages.last_seq;
-            match publish::batch(&node.client, &node.js, id, &message, after).await {
+            let chain = Chain { after, fence: None };
+            match publish::batch(&node.client, &node.js, id, &messages, &chain).await {
                 Ok(seq) => {
                     self.pages.last_seq = seq;
+                    self.fences = Fences::claimed(after);
                     self.pages.meta = claim;
                     let mut state = self.shared.lock();
                     show(&mut state.engine, self.stats("leader"));

@@ -5,6 +5,7 @@
 //! subject, so a page that replaces a slot's old page (or the empty message
 //! that frees it) lets JetStream reclaim the old one: the stream stays
 //! bounded by the live pages, as sled's tree does for a single node.
+//! A claim also writes the fence subjects `sprout.NAME.f.K` (`fence.rs`).
 
 use crate::store::Slot;
 
@@ -28,6 +29,8 @@ pub enum NameError {
 pub enum Subject {
     Page(Slot),
     Meta,
+    /// Fence subject `K`: written by claims, read by nobody.
+    Fence(u64),
 }
 
 impl Subjects {
@@ -68,6 +71,10 @@ impl Subjects {
         format!("sprout.{}.m", self.name)
     }
 
+    pub fn fence(&self, k: u64) -> String {
+        format!("sprout.{}.f.{k}", self.name)
+    }
+
     pub fn parse(&self, subject: &str) -> Option<Subject> {
         let rest = subject
             .strip_prefix("sprout.")?
@@ -75,7 +82,11 @@ impl Subjects {
             .strip_prefix('.')?;
         match rest {
             "m" => Some(Subject::Meta),
-            _ => rest.strip_prefix("p.")?.parse().ok().map(Subject::Page),
+            _ => match rest.split_once('.')? {
+                ("p", slot) => slot.parse().ok().map(Subject::Page),
+                ("f", k) => k.parse().ok().map(Subject::Fence),
+                _ => None,
+            },
         }
     }
 }
@@ -96,6 +107,9 @@ mod tests {
             (s.page(0), Some(Subject::Page(0))),
             (s.page(4_000_000_000), Some(Subject::Page(4_000_000_000))),
             (s.meta(), Some(Subject::Meta)),
+            (s.fence(0), Some(Subject::Fence(0))),
+            (s.fence(15), Some(Subject::Fence(15))),
+            ("sprout.jobs-1.f.x".into(), None),
             ("sprout.jobs-1.p.x".into(), None),
             ("sprout.jobs-1.q".into(), None),
             ("sprout.jobs-2.m".into(), None),

@@ -28,9 +28,10 @@ use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 use tokio::sync::{watch, Notify};
 
+use super::fence::{Fences, FENCES};
 use super::follow::Pages;
 use super::meta::Meta;
-use super::publish::{self, Refusal, Sent, MAX_BATCH};
+use super::publish::{self, Chain, Refusal, Sent, MAX_BATCH};
 use super::subjects::Subjects;
 use crate::engine::{Record, Room};
 use crate::store::{pack, raise_id_ceiling, Progress, Seq, Store};
@@ -41,17 +42,18 @@ use crate::store::{pack, raise_id_ceiling, Progress, Seq, Store};
 const BATCH_BYTES: usize = 1 << 20;
 /// Oldest pages cleaned per batch at most.
 const CLEAN_PAGES: usize = 200;
-/// Batches on their way to the stream at once.
+/// Batches on their way to the stream at once (at most [`FENCES`]).
 const IN_FLIGHT: usize = 8;
 
-/// [`IN_FLIGHT`], or `SPROUT_CLUSTER_IN_FLIGHT` (a benchmark knob, 1–64).
+/// [`IN_FLIGHT`], or `SPROUT_CLUSTER_IN_FLIGHT` (a benchmark knob, 1 to
+/// [`FENCES`]).
 fn in_flight() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
         std::env::var("SPROUT_CLUSTER_IN_FLIGHT")
             .ok()
             .and_then(|n| n.parse().ok())
-            .filter(|n| (1..=64).contains(n))
+            .filter(|n| (1..=FENCES as usize).contains(n))
             .unwrap_or(IN_FLIGHT)
     })
 }
@@ -221,8 +223,8 @@ struct Flying {
     sent: Option<Sent>,
     id: String,
     messages: Vec<(String, Bytes)>,
-    /// The stream sequence it is chained on, and the one it ends at.
-    after: u64,
+    /// Where it must land, and the stream sequence it ends at.
+    chain: Chain,
     end: u64,
     /// The last submission it holds (in its last part).
     last: Option<Seq>,
@@ -249,6 +251,10 @@ pub struct Writer {
     pub pages: Pages,
     /// This leader's meta message (its epoch, address, id ceiling).
     pub meta: Meta,
+    /// What this leader's claim wrote on the fence subjects.
+    pub fences: Fences,
+    /// Batches sent so far (each takes the next fence).
+    pub sent_batches: u64,
 }
 
 impl Writer {
@@ -374,9 +380,14 @@ impl Writer {
         let parts = messages.len().div_ceil(MAX_BATCH);
         for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
             let id = format!("e{}b{number}p{part}", self.meta.epoch);
-            let after = self.pages.last_seq;
-            let end = after + chunk.len() as u64;
-            let sent = match publish::send(&self.client, &self.js, id.clone(), chunk, after).await {
+            let chain = Chain {
+                after: self.pages.last_seq,
+                fence: Some(self.fences.of(&self.subjects, self.sent_batches)),
+            };
+            self.sent_batches += 1;
+            let end = chain.after + chunk.len() as u64;
+            let sent = match publish::send(&self.client, &self.js, id.clone(), chunk, &chain).await
+            {
                 Ok(sent) => Some(sent),
                 // Sent again with the others once the stream is back.
                 Err(Refusal::Passing(_)) => None,
@@ -391,7 +402,7 @@ impl Writer {
                 sent,
                 id,
                 messages: chunk.to_vec(),
-                after,
+                chain,
                 end,
                 last,
                 ids_below: self.meta.ids_below,
@@ -413,7 +424,7 @@ impl Writer {
     ) -> Result<(), WriteError> {
         for f in flying.iter_mut() {
             let id = format!("{}r{attempt}", f.id);
-            match publish::send(&self.client, &self.js, id, &f.messages, f.after).await {
+            match publish::send(&self.client, &self.js, id, &f.messages, &f.chain).await {
                 Ok(sent) => f.sent = Some(sent),
                 Err(Refusal::Passing(_)) => f.sent = None,
                 Err(refusal) => return Err(refusal.into()),

@@ -162,6 +162,15 @@ fn a_leader_stopped_for_three_leases_is_fenced_when_continued() {
         "the continued leader did not stop: {status:?}; stderr: {}",
         node.stderr()
     );
+    // It says why: its lease ran out on its own clock, or the lease is
+    // another's, or a batch found another's claim.
+    let said = node.stderr();
+    let why = [
+        "no renewal succeeded within the lease",
+        "deposed: ",
+        "claimed the stream at epoch",
+    ];
+    assert!(why.iter().any(|w| said.contains(w)), "{said}");
     sprouts.nodes[old] = None;
     thread::sleep(Duration::from_millis(500));
     let log = load.finish();

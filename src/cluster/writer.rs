@@ -213,6 +213,15 @@ pub enum WriteError {
     /// The stream refused a batch for good.
     #[error(transparent)]
     Refused(#[from] Refusal),
+    /// A batch was fenced off: another node claimed the stream since.
+    #[error(
+        "node {node} claimed the stream at epoch {epoch}: this node no longer leads ({refusal})"
+    )]
+    Deposed {
+        node: String,
+        epoch: u64,
+        refusal: Refusal,
+    },
     #[error("the stream took no batch for {retry_for:?}: {0}", retry_for = RETRY_FOR)]
     Stalled(Refusal),
 }
@@ -298,10 +307,13 @@ impl Writer {
                 settled = oldest.settled() => {
                     match settled {
                         Ok(()) => {}
-                        Err(fenced @ Refusal::Fenced(_)) if !self.stored(oldest.end).await => {
-                            return fenced.into()
-                        }
-                        Err(Refusal::Fenced(_)) => {}
+                        Err(refusal @ Refusal::Fenced(_)) => match self.stored(oldest.end).await {
+                            Stored::Yes => {}
+                            Stored::No => return refusal.into(),
+                            Stored::Claimed(Meta { node, epoch, .. }) => {
+                                return WriteError::Deposed { node, epoch, refusal }
+                            }
+                        },
                         Err(passing @ Refusal::Passing(_)) => {
                             let (since, attempt) = retry.get_or_insert_with(|| {
                                 tracing::warn!("{passing}: sending again until the stream takes it");
@@ -438,33 +450,47 @@ impl Writer {
     /// lost): the stream ends at or past `end`, and then still holds this
     /// leader's claim as its latest meta message. Read in that order: a
     /// claim is fenced like any batch and only ever replaced by a newer
-    /// one, so if this leader's is the latest after the stream's end was
-    /// read, everything up to that end was written in this leader's epoch,
-    /// by this leader.
-    async fn stored(&self, end: u64) -> bool {
+    /// one, and after it only this leader's batches get in (`fence.rs`), so
+    /// if this leader's is the latest after the stream's end was read,
+    /// everything up to that end was written in this leader's epoch, by
+    /// this leader.
+    async fn stored(&self, end: u64) -> Stored {
         let last = match self.stream.get_info().await {
             Ok(info) => info.state.last_sequence,
             Err(e) => {
                 tracing::warn!("cannot read where the stream ends: {e}");
-                return false;
+                return Stored::No;
             }
         };
-        match self
-            .stream
-            .get_last_raw_message_by_subject(&self.subjects.meta())
-            .await
-        {
-            Ok(m) => {
-                let ours = Meta::decode(&m.payload)
-                    .is_ok_and(|meta| meta.epoch == self.meta.epoch && meta.node == self.meta.node);
-                ours && last >= end
-            }
+        let meta = self.subjects.meta();
+        let latest = match self.stream.get_last_raw_message_by_subject(&meta).await {
+            Ok(m) => Meta::decode(&m.payload),
             Err(e) => {
                 tracing::warn!("cannot read the stream's meta message: {e}");
-                false
+                return Stored::No;
             }
+        };
+        match latest {
+            Ok(m) if (m.epoch, &m.node) == (self.meta.epoch, &self.meta.node) => {
+                match last >= end {
+                    true => Stored::Yes,
+                    false => Stored::No,
+                }
+            }
+            Ok(other) => Stored::Claimed(other),
+            Err(_) => Stored::No,
         }
     }
+}
+
+/// What [`Writer::stored`] found of a batch refused as fenced.
+enum Stored {
+    /// In the stream already.
+    Yes,
+    /// Not in, for a reason this node cannot name.
+    No,
+    /// Not in: another node's claim (this one) came since.
+    Claimed(Meta),
 }
 
 #[cfg(test)]

@@ -169,6 +169,12 @@ impl RedisCluster {
         Ok(out)
     }
 
+    /// Whether the node at `addr` (`HOST:PORT`) is a master now.
+    fn is_master(&self, addr: &str) -> bool {
+        let topology = self.0.topology.read().unwrap_or_else(|e| e.into_inner());
+        topology.masters.iter().any(|m| m == addr)
+    }
+
     /// Reads the topology again from any master (or the seed); true if the
     /// masters changed.
     pub async fn refresh(&self) -> RedisResult<bool> {
@@ -383,6 +389,17 @@ impl Target {
             Target::RedisCluster(cluster) => {
                 cluster.delete_if_due(key, expire_at_ms, slack_ms).await
             }
+        }
+    }
+
+    /// Whether a reconciliation still scans `redis`, one of the
+    /// [`Target::scan_nodes`] of its pass: the node always; a cluster's
+    /// master only while it is one (one failed over meanwhile, the pass
+    /// starts over with the masters of now).
+    pub fn scans(&self, redis: &Redis) -> bool {
+        match self {
+            Target::One(_) => true,
+            Target::RedisCluster(cluster) => cluster.is_master(&addr_of(&redis.address())),
         }
     }
 

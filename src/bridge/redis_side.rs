@@ -306,10 +306,14 @@ impl Redis {
             .await
     }
 
-    /// `CLUSTER SLOTS`, as Redis answers it (parsed by `cluster`).
-    pub async fn cluster_slots(&mut self) -> RedisResult<redis::Value> {
-        redis::cmd("CLUSTER")
+    /// `CLUSTER SLOTS` and `CLUSTER NODES`, as Redis answers them, in one
+    /// pipeline (read by `redis_cluster`).
+    pub async fn cluster_view(&mut self) -> RedisResult<(redis::Value, String)> {
+        redis::pipe()
+            .cmd("CLUSTER")
             .arg("SLOTS")
+            .cmd("CLUSTER")
+            .arg("NODES")
             .query_async(&mut self.conn())
             .await
     }

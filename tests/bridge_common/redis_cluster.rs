@@ -263,6 +263,11 @@ impl RedisCluster {
         reply.get(1).cloned().unwrap_or_default()
     }
 
+    /// `PEXPIRETIME key` at the node at `port`.
+    pub fn expire_time(&self, port: u16, key: &str) -> i64 {
+        self.node(port).run(&["PEXPIRETIME", key])
+    }
+
     /// How many times the node at `port` ran `command` (lower case), as
     /// `INFO commandstats` counts.
     pub fn calls(&self, port: u16, command: &str) -> u64 {

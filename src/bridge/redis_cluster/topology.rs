@@ -8,8 +8,8 @@
 //! node by), and each slot goes to the master claimed with the highest
 //! epoch: Redis Cluster's own rule (a promoted replica takes an epoch above
 //! every one it has seen; the higher epoch wins the slot). A node without
-//! node ids in `CLUSTER SLOTS` (Redis < 4) gives epoch 0: then the first
-//! answer wins, as before.
+//! node ids in `CLUSTER SLOTS` (Redis < 4), or that refuses `CLUSTER
+//! NODES`, gives epoch 0: then the first answer wins, as before.
 
 use std::collections::HashMap;
 

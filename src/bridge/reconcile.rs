@@ -15,9 +15,9 @@
 //! says it is gone before its deadline and its timer is cancelled (or its
 //! new TTL armed). A walk that fails part-way starts over from cursor 0
 //! (the whole pass, over the masters of now, if it was of a Redis Cluster
-//! master failed over meanwhile), and only complete walks end a pass; a key wrongly taken for vanished
-//! would cost one expiry read, never a wrong decision, since every sync
-//! reads Redis. Once the pass's syncs are done (a queue barrier), the
+//! master failed over meanwhile), and only complete walks end a pass; a
+//! key wrongly taken for vanished would cost one expiry read, never a
+//! wrong decision, since every sync reads Redis. Once the pass's syncs are done (a queue barrier), the
 //! window its trigger opened closes (see `gaps`).
 
 use std::collections::hash_map::RandomState;

@@ -36,7 +36,8 @@ use topology::{Topology, View};
 
 mod topology;
 
-/// How often the topology is read besides `MOVED` and lost connections.
+/// How often the topology is read (besides after a `MOVED`), and how long
+/// each node asked has to answer.
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// How many nodes' views a topology read compares.
 const VIEWS: usize = 3;

@@ -35,15 +35,21 @@ fn a_cluster_resharded_and_failed_over_delivers_each_expiry_once() {
     let collector = Collector::start(Worker::new(server.port(), "offline"));
     let n = keys_to_write(2_000);
     let mut want = cluster.write_keys("spread", None, n, 1_500, 3_000);
-    // A slot full of pending keys, moved to another master meanwhile
-    // (MIGRATE carries their TTLs relative, so Redis itself may move a
-    // deadline by a millisecond or two).
+    // A slot full of pending keys, moved to another master meanwhile.
     let migrating = cluster.write_keys("moved", Some("mig"), 200, 1_500, 2_000);
     want.extend(migrating);
     let slot = key_slot(b"{mig}");
     let from = cluster.owners()[usize::from(slot)];
     let to = *cluster.masters().iter().find(|&&m| m != from).unwrap();
     assert_eq!(cluster.migrate_slot(slot, to), 200);
+    // MIGRATE carries TTLs relative, so Redis itself moves each deadline by
+    // the time in transit (seen: 22 ms on a loaded machine): what is due is
+    // the deadline the new master holds.
+    for (key, at) in want.iter_mut() {
+        if key_slot(key.as_bytes()) == slot {
+            *at = cluster.expire_time(to, key);
+        }
+    }
     // A master failed over to its replica (with the keys and their TTLs):
     // the third one (a replica whose master's slots just changed may not
     // have heard yet, and the other masters deny it their votes).
@@ -66,6 +72,6 @@ fn a_cluster_resharded_and_failed_over_delivers_each_expiry_once() {
         &got,
         &want,
         MAX_LATE_MS,
-        5,
+        0,
     );
 }

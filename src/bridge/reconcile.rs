@@ -13,10 +13,11 @@
 //! was deleted, renamed away or flushed (or is back under a new TTL) since
 //! the bridge last looked. It is synced too, nearest deadline first: Redis
 //! says it is gone before its deadline and its timer is cancelled (or its
-//! new TTL armed). A walk that fails part-way starts over from cursor 0,
-//! and only complete walks end a pass; a key wrongly taken for vanished
-//! would cost one expiry read, never a wrong decision, since every sync
-//! reads Redis. Once the pass's syncs are done (a queue barrier), the
+//! new TTL armed). A walk that fails part-way starts over from cursor 0
+//! (the whole pass, over the masters of now, if it was of a Redis Cluster
+//! master failed over meanwhile), and only complete walks end a pass; a
+//! key wrongly taken for vanished would cost one expiry read, never a
+//! wrong decision, since every sync reads Redis. Once the pass's syncs are done (a queue barrier), the
 //! window its trigger opened closes (see `gaps`).
 
 use std::collections::hash_map::RandomState;
@@ -95,13 +96,7 @@ pub async fn run(n: Node, after_subscribing: bool) {
     let mut verify = true;
     loop {
         let started = std::time::Instant::now();
-        let started_ms = now_ms();
-        let mut listed = Listed::new();
-        for mut redis in scan_nodes(&n).await {
-            for pattern in n.patterns.clone() {
-                scan(&n, &mut redis, &pattern, verify, &mut listed).await;
-            }
-        }
+        let (started_ms, listed) = walk(&n, verify).await;
         let keys = listed.seen.len();
         let mut vanished = n.index.select(n.node, |key, entry| {
             entry.expire_at_ms > started_ms && !listed.contains(key)
@@ -129,6 +124,31 @@ pub async fn run(n: Node, after_subscribing: bool) {
     }
 }
 
+/// Walks every node to scan, for each pattern: the keys listed, and
+/// when the walks began. A cluster's master failed over during the walks
+/// (it cannot be scanned, and its replica holds its keys now) starts them
+/// over with the masters of now: waiting for it would hold up every pass,
+/// while keys written to the new master before the bridge subscribed there
+/// have nothing but a pass to find them.
+async fn walk(n: &Node, verify: bool) -> (i64, Listed) {
+    'over: loop {
+        let started_ms = now_ms();
+        let mut listed = Listed::new();
+        for mut redis in scan_nodes(n).await {
+            for pattern in &n.patterns {
+                if !scan(n, &mut redis, pattern, verify, &mut listed).await {
+                    tracing::info!(
+                        node = n.node,
+                        "a master failed over; scanning the masters of now"
+                    );
+                    continue 'over;
+                }
+            }
+        }
+        return (started_ms, listed);
+    }
+}
+
 /// The nodes to scan now (every master of a cluster), retried until they
 /// are known.
 async fn scan_nodes(n: &Node) -> Vec<Redis> {
@@ -144,9 +164,16 @@ async fn scan_nodes(n: &Node) -> Vec<Redis> {
 }
 
 /// One complete SCAN walk of `redis` for `pattern`, each key queued and
-/// listed. A Redis error starts the walk over after a pause (SCAN
-/// guarantees nothing across cursors of different connections).
-async fn scan(n: &Node, redis: &mut Redis, pattern: &str, verify: bool, listed: &mut Listed) {
+/// listed; false if `redis` is no longer to be scanned (see [`walk`]). A
+/// Redis error starts the walk over after a pause (SCAN guarantees nothing
+/// across cursors of different connections).
+async fn scan(
+    n: &Node,
+    redis: &mut Redis,
+    pattern: &str,
+    verify: bool,
+    listed: &mut Listed,
+) -> bool {
     let mut cursor = 0;
     loop {
         match redis.scan_step(cursor, pattern).await {
@@ -156,13 +183,16 @@ async fn scan(n: &Node, redis: &mut Redis, pattern: &str, verify: bool, listed: 
                     n.sync(key, verify).await;
                 }
                 if next == 0 {
-                    return;
+                    return true;
                 }
                 cursor = next;
             }
             Err(e) => {
                 tracing::warn!(node = n.node, error = %e, "SCAN failed; starting over");
                 tokio::time::sleep(Duration::from_secs(1)).await;
+                if !n.redis.scans(redis) {
+                    return false;
+                }
                 cursor = 0;
             }
         }

@@ -1,10 +1,12 @@
 //! `--redis-cluster redis://ANY_NODE`: a whole Redis Cluster as one node of
 //! the bridge, found by discovery and followed as it changes.
 //!
-//! * **Topology**: `CLUSTER SLOTS` (Redis ≥ 3.0) from any node gives each
-//!   slot's master; [`RedisCluster::refresh`] reads it again every [`REFRESH`],
-//!   after a `MOVED`, and when a master's connection is lost (see `run` in
-//!   the bridge's `mod.rs`, which subscribes to every master it finds).
+//! * **Topology**: `CLUSTER SLOTS` (Redis ≥ 3.0) gives each slot's master
+//!   as one node sees it; [`RedisCluster::refresh`] asks up to [`VIEWS`]
+//!   nodes every [`REFRESH`] and after a `MOVED`, and keeps for each slot
+//!   the newest claim by config epoch (`CLUSTER NODES`), so a node not yet
+//!   told of a failover cannot hide the new master (see `topology`). `run`
+//!   in the bridge's `mod.rs` subscribes to every master it finds.
 //! * **Timers are named by the key**, not by a master: the cluster is one
 //!   bridge node, so a key's timer and index entry stay the same whichever
 //!   master holds it. A resharding (`MIGRATE`: `del` on the old master,
@@ -26,102 +28,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult, Value};
+use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisResult};
 
 use super::expiry::Reading;
 use super::redis_side::Redis;
+use topology::{Topology, View};
 
-/// Slots of a Redis Cluster.
-pub const SLOTS: usize = 16384;
-/// How often the topology is read besides `MOVED` and lost connections.
+mod topology;
+
+/// How often the topology is read (besides after a `MOVED`), and how long
+/// each node asked has to answer.
 pub const REFRESH: Duration = Duration::from_secs(1);
-
-/// The slot of `key` (CRC16-XMODEM of its hash tag, if any, mod 16384).
-pub fn slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS as u16
-}
-
-fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-/// Each slot's master, as `HOST:PORT`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct Topology {
-    masters: Vec<String>,
-    /// Per slot, an index into `masters` (`u16::MAX`: no owner).
-    owner: Vec<u16>,
-}
-
-impl Topology {
-    /// From a `CLUSTER SLOTS` answer of the node at `asked_host` (a node
-    /// that does not know its own address reports an empty one).
-    fn parse(reply: &Value, asked_host: &str) -> Option<Topology> {
-        let Value::Array(ranges) = reply else {
-            return None;
-        };
-        let mut t = Topology {
-            masters: Vec::new(),
-            owner: vec![u16::MAX; SLOTS],
-        };
-        for range in ranges {
-            let Value::Array(items) = range else {
-                return None;
-            };
-            let int = |v: &Value| match v {
-                Value::Int(n) => Some(*n),
-                _ => None,
-            };
-            let (start, end) = (int(items.first()?)?, int(items.get(1)?)?);
-            let Value::Array(master) = items.get(2)? else {
-                return None;
-            };
-            let host = match master.first()? {
-                Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-                Value::SimpleString(s) => s.clone(),
-                _ => return None,
-            };
-            let host = if host.is_empty() {
-                asked_host.to_owned()
-            } else {
-                host
-            };
-            let addr = format!("{host}:{}", int(master.get(1)?)?);
-            let i = match t.masters.iter().position(|m| *m == addr) {
-                Some(i) => i,
-                None => {
-                    t.masters.push(addr);
-                    t.masters.len() - 1
-                }
-            };
-            for s in start.max(0)..=end.min(SLOTS as i64 - 1) {
-                t.owner[s as usize] = i as u16;
-            }
-        }
-        Some(t)
-    }
-
-    fn master_of(&self, key: &[u8]) -> Option<&str> {
-        let i = *self.owner.get(usize::from(slot(key)))?;
-        self.masters.get(usize::from(i)).map(String::as_str)
-    }
-}
+/// How many nodes' views a topology read compares.
+const VIEWS: usize = 3;
 
 /// A Redis Cluster: its topology and a connection per node met; clones
 /// share them.
@@ -169,39 +88,53 @@ impl RedisCluster {
         Ok(out)
     }
 
-    /// Reads the topology again from any master (or the seed); true if the
-    /// masters changed.
+    /// Whether the node at `addr` (`HOST:PORT`) is a master now.
+    fn is_master(&self, addr: &str) -> bool {
+        let topology = self.0.topology.read().unwrap_or_else(|e| e.into_inner());
+        topology.masters.iter().any(|m| m == addr)
+    }
+
+    /// Reads the topology again from the masters (and the seed); true if
+    /// the masters changed.
     pub async fn refresh(&self) -> RedisResult<bool> {
         let mut ask = self.topology().masters;
         ask.push(addr_of(&self.0.template));
         self.refresh_from(&ask).await
     }
 
+    /// Asks the nodes at `ask`, in turn, until [`VIEWS`] have answered
+    /// (each within a [`REFRESH`]), and keeps the newest view of each slot
+    /// (see `topology`); true if the masters changed.
     async fn refresh_from(&self, ask: &[String]) -> RedisResult<bool> {
+        let mut views = Vec::new();
         let mut last = None;
         for addr in ask {
-            let read = async {
-                let mut conn = self.node(addr).await?;
-                let reply = conn.cluster_slots().await?;
-                let host = addr.rsplit_once(':').map_or("", |(h, _)| h);
-                Topology::parse(&reply, host).ok_or_else(|| {
-                    redis::RedisError::from((
-                        ErrorKind::TypeError,
-                        "unreadable CLUSTER SLOTS answer",
-                    ))
-                })
-            };
-            match read.await {
-                Ok(t) => {
-                    let mut current = self.0.topology.write().unwrap_or_else(|e| e.into_inner());
-                    let changed = current.masters != t.masters;
-                    *current = t;
-                    return Ok(changed);
-                }
-                Err(e) => last = Some(e),
+            match tokio::time::timeout(REFRESH, self.view_of(addr)).await {
+                Ok(Ok(view)) => views.push(view),
+                Ok(Err(e)) => last = Some(e),
+                Err(_) => last = Some((ErrorKind::IoError, "no answer in time").into()),
+            }
+            if views.len() == VIEWS {
+                break;
             }
         }
-        Err(last.unwrap_or_else(|| (ErrorKind::ClientError, "no cluster node to ask").into()))
+        if views.is_empty() {
+            let none = || (ErrorKind::ClientError, "no cluster node to ask").into();
+            return Err(last.unwrap_or_else(none));
+        }
+        let t = Topology::newest(&views);
+        let mut current = self.0.topology.write().unwrap_or_else(|e| e.into_inner());
+        let changed = current.masters != t.masters;
+        *current = t;
+        Ok(changed)
+    }
+
+    /// What the node at `addr` says of the cluster.
+    async fn view_of(&self, addr: &str) -> RedisResult<View> {
+        let (slots, nodes) = self.node(addr).await?.cluster_view().await?;
+        let host = addr.rsplit_once(':').map_or("", |(h, _)| h);
+        View::parse(&slots, &nodes, host)
+            .ok_or_else(|| (ErrorKind::TypeError, "unreadable CLUSTER SLOTS answer").into())
     }
 
     /// The connection to the node at `addr` (`HOST:PORT`), opened once
@@ -386,6 +319,17 @@ impl Target {
         }
     }
 
+    /// Whether a reconciliation still scans `redis`, one of the
+    /// [`Target::scan_nodes`] of its pass: the node always; a cluster's
+    /// master only while it is one (one failed over meanwhile, the pass
+    /// starts over with the masters of now).
+    pub fn scans(&self, redis: &Redis) -> bool {
+        match self {
+            Target::One(_) => true,
+            Target::RedisCluster(cluster) => cluster.is_master(&addr_of(&redis.address())),
+        }
+    }
+
     /// The nodes a reconciliation scans: the node, or every master now.
     pub async fn scan_nodes(&self) -> RedisResult<Vec<Redis>> {
         match self {
@@ -394,46 +338,5 @@ impl Target {
                 Ok(cluster.masters().await?.into_iter().map(|m| m.1).collect())
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slots_are_redis_clusters() {
-        // As `CLUSTER KEYSLOT` answers.
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"123456789"), 12739);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
-
-    #[test]
-    fn cluster_slots_give_each_slots_master() {
-        let node = |host: &str, port: i64| {
-            Value::Array(vec![
-                Value::BulkString(host.as_bytes().to_vec()),
-                Value::Int(port),
-                Value::BulkString(b"id".to_vec()),
-            ])
-        };
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(8191),
-                node("10.0.0.1", 7000),
-                node("10.0.0.2", 7003),
-            ]),
-            Value::Array(vec![Value::Int(8192), Value::Int(16383), node("", 7001)]),
-        ]);
-        let t = Topology::parse(&reply, "10.0.0.9").unwrap();
-        assert_eq!(t.masters, ["10.0.0.1:7000", "10.0.0.9:7001"]);
-        assert_eq!(t.master_of(b"123456789"), Some("10.0.0.9:7001"));
-        assert_eq!(t.master_of(b"bar"), Some("10.0.0.1:7000")); // slot 5061
-        assert!(Topology::parse(&Value::Nil, "x").is_none());
     }
 }

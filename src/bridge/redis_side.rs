@@ -16,11 +16,16 @@
 //! round trip) where `TIME` is refused.
 //!
 //! Commands go through a [`ConnectionManager`], which reconnects by itself;
-//! a command that fails is retried by its caller after a pause.
+//! a command that fails is retried by its caller after a pause. So a
+//! command on a node that is down fails at once ([`manager_config`]): with
+//! the crate's default reconnection (retries 1 s, then 60 s apart), it
+//! waited minutes, and held up whatever waited on it (a reconciliation
+//! pass, the topology read of a Redis Cluster, a batch of keys).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisResult, Script};
 
 use super::config::Node;
@@ -95,7 +100,7 @@ impl Link {
     async fn open(address: redis::ConnectionInfo, pubsub: bool) -> RedisResult<Link> {
         let client = redis::Client::open(address.clone())?;
         let caps = Caps::probe(&client, pubsub).await?;
-        let conn = ConnectionManager::new(client).await?;
+        let conn = ConnectionManager::new_with_config(client, manager_config()).await?;
         let script = match caps.method {
             Method::ExpireTime => DELETE_IF_DUE,
             _ => DELETE_IF_DUE_TTL,
@@ -107,6 +112,20 @@ impl Link {
             address,
         })
     }
+}
+
+/// How long connecting to a node may take: a host that is gone (no
+/// refusal comes back) would otherwise hold a command for the kernel's
+/// SYN retries, about 2 minutes.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One connection attempt per command that finds the connection lost, not
+/// the crate's retries: the caller's own pause and retry is the one that
+/// knows what else to do meanwhile (see the module docs).
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_number_of_retries(0)
+        .set_connection_timeout(CONNECT_TIMEOUT)
 }
 
 impl Redis {
@@ -287,12 +306,22 @@ impl Redis {
             .await
     }
 
-    /// `CLUSTER SLOTS`, as Redis answers it (parsed by `cluster`).
-    pub async fn cluster_slots(&mut self) -> RedisResult<redis::Value> {
-        redis::cmd("CLUSTER")
+    /// `CLUSTER SLOTS` and `CLUSTER NODES`, as Redis answers them (read by
+    /// `redis_cluster`); the second empty if refused (an ACL): it only
+    /// tells which of several answers is newest.
+    pub async fn cluster_view(&mut self) -> RedisResult<(redis::Value, String)> {
+        let slots = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut self.conn())
-            .await
+            .await?;
+        let nodes = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut self.conn())
+            .await;
+        match nodes {
+            Err(e) if unreachable(&e) => Err(e),
+            nodes => Ok((slots, nodes.unwrap_or_default())),
+        }
     }
 
     /// `INFO sections` (several, space-separated), as text: in one command

@@ -63,6 +63,13 @@ impl Bridge {
         std::fs::read_to_string(self.logs.path().join("stderr")).unwrap_or_default()
     }
 
+    /// Sends `sig` to the bridge process (SIGSTOP: frozen, as on a
+    /// machine too loaded to run it; SIGCONT: running again).
+    pub fn signal(&self, sig: libc::c_int) {
+        let r = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(r, 0, "kill({}, {sig}) failed", self.child.id());
+    }
+
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -229,31 +229,87 @@ impl RedisCluster {
         moved
     }
 
-    /// `CLUSTER FAILOVER FORCE` on a replica of the master `master`, once
-    /// the master's writes are on it; waits until it is the master of the
-    /// slots. Returns the new master's port. (Without FORCE, the handshake
-    /// with the master timed out here on a loaded machine.)
-    pub fn failover(&self, master: u16) -> u16 {
+    /// The replica of the master `master`.
+    fn replica_of(&self, master: u16) -> &Redis {
         let id = self.id(master);
-        let replica = self
-            .nodes
+        self.nodes
             .iter()
             .find(|n| {
                 let info: String = n.run(&["CLUSTER", "NODES"]);
                 info.lines()
                     .any(|l| l.contains("myself") && l.contains(&format!("slave {id}")))
             })
-            .expect("a replica of the master");
-        // FORCE skips the offset handshake with the master: the replica must
-        // hold every key first, or they are lost for good (seen: a third of
-        // the keys). `WAIT` would not tell: it counts only the writes of its
-        // own connection.
+            .expect("a replica of the master")
+    }
+
+    /// Waits until `replica` holds every write of the master `master`: a
+    /// failover without the offset handshake (FORCE, or a crash) loses the
+    /// rest for good (seen: a third of the keys). `WAIT` would not tell: it
+    /// counts only the writes of its own connection.
+    fn wait_replicated(&self, master: u16, replica: &Redis) {
         let target = repl_offset(self.node(master), "master_repl_offset");
         let synced = Instant::now() + Duration::from_secs(30);
         while repl_offset(replica, "slave_repl_offset") < target {
             assert!(Instant::now() < synced, "the replica never caught up");
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// `notify-keyspace-events` of the node at `port`.
+    pub fn notify_flags(&self, port: u16) -> String {
+        let reply: Vec<String> = self
+            .node(port)
+            .run(&["CONFIG", "GET", "notify-keyspace-events"]);
+        reply.get(1).cloned().unwrap_or_default()
+    }
+
+    /// `PEXPIRETIME key` at the node at `port`.
+    pub fn expire_time(&self, port: u16, key: &str) -> i64 {
+        self.node(port).run(&["PEXPIRETIME", key])
+    }
+
+    /// How many times the node at `port` ran `command` (lower case), as
+    /// `INFO commandstats` counts.
+    pub fn calls(&self, port: u16, command: &str) -> u64 {
+        let info: String = self.node(port).run(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Kills the master `master` (SIGKILL), once its writes are on its
+    /// replica, whose port it returns; the cluster promotes the replica
+    /// after its node timeout (2 s) and an election. `master` must not be
+    /// the first node, which [`RedisCluster::owners`] asks.
+    pub fn crash(&mut self, master: u16) -> u16 {
+        assert_ne!(
+            master, self.nodes[0].port,
+            "the first node answers owners()"
+        );
+        let replica = self.replica_of(master).port;
+        self.wait_replicated(master, self.node(replica));
+        let i = self.nodes.iter().position(|n| n.port == master).unwrap();
+        self.nodes[i].kill9();
+        replica
+    }
+
+    /// Waits until the first node names the node at `port` a master.
+    pub fn wait_promoted(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.masters().contains(&port) {
+            assert!(Instant::now() < deadline, "{port} was never promoted");
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `CLUSTER FAILOVER FORCE` on a replica of the master `master`, once
+    /// the master's writes are on it; waits until it is the master of the
+    /// slots. Returns the new master's port. (Without FORCE, the handshake
+    /// with the master timed out here on a loaded machine.)
+    pub fn failover(&self, master: u16) -> u16 {
+        let replica = self.replica_of(master);
+        self.wait_replicated(master, replica);
         // Votes are denied to a replica behind on the cluster's epoch (a
         // migration just bumped it): let gossip settle, and ask again if an
         // election expires.

@@ -10,15 +10,21 @@
 //! takeover). The new leader then failed on its first batch, and the
 //! stream held a batch whose predecessor was never written.
 //!
-//! So a claim also writes every one of [`FENCES`] fence subjects, and each
-//! batch additionally expects one of them to still hold what its own
-//! leader's claim wrote there (`Nats-Expected-Last-Subject-Sequence` with
-//! `-Subject`): any later claim rewrites them all, and every batch of the
-//! leader before is refused, whatever its sequence. Batches take the fence
-//! subjects in turn: the server refuses an expectation on a subject while
-//! another one on it is still in process, and with at most [`FENCES`]
-//! batches in flight, batch `n + FENCES` is sent only once batch `n` is
-//! answered.
+//! So a claim also writes every one of [`FENCES`] fence subjects, and a
+//! batch sent while another is in flight also expects one of them to
+//! still hold what its own leader's claim wrote there
+//! (`Nats-Expected-Last-Subject-Sequence` with `-Subject`): any later claim
+//! rewrites them all, and every such batch of the leader before is
+//! refused, whatever its sequence. A batch sent with none in flight needs
+//! no more than its sequence: it expects where the stream is known to end
+//! (every batch before it acknowledged), which a claim can only move past;
+//! it spares the servers a lookup per batch where batches are small and
+//! one at a time (compare.sh's cluster pingpong, 5 rounds against no
+//! fence subject: with one on every batch 0.92x the jobs/s and 1.13x the
+//! NATS servers' CPU a job; only behind another, 1.02x and 0.99x). Fenced batches take the fence subjects in turn: the server
+//! refuses an expectation on a subject while another one on it is still
+//! in process, and with at most [`FENCES`] batches in flight, fenced batch
+//! `n + FENCES` is sent only once fenced batch `n` is answered.
 
 use bytes::Bytes;
 
@@ -56,7 +62,8 @@ impl Fences {
         Fences { first: after + 1 }
     }
 
-    /// What this leader's batch number `n` (counted from 0) is fenced on.
+    /// What this leader's fenced batch number `n` (counted from 0) is
+    /// fenced on.
     pub fn of(&self, subjects: &Subjects, n: u64) -> Fence {
         let k = n % FENCES;
         Fence {

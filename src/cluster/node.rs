@@ -276,7 +276,7 @@ async fn lead(
         pages,
         meta,
         fences: follower.fences,
-        sent_batches: 0,
+        fenced: 0,
     };
     writer.pages.log.reslot();
     writer.start();

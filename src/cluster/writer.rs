@@ -262,8 +262,9 @@ pub struct Writer {
     pub meta: Meta,
     /// What this leader's claim wrote on the fence subjects.
     pub fences: Fences,
-    /// Batches sent so far (each takes the next fence).
-    pub sent_batches: u64,
+    /// Batches sent fenced on a fence subject so far (each takes the
+    /// next).
+    pub fenced: u64,
 }
 
 impl Writer {
@@ -392,11 +393,17 @@ impl Writer {
         let parts = messages.len().div_ceil(MAX_BATCH);
         for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
             let id = format!("e{}b{number}p{part}", self.meta.epoch);
+            // Chained on where a batch in flight will end, a batch needs
+            // the fence subject too (`fence.rs`); with none in flight, the
+            // stream is known to end where it is chained.
+            let fence = (!flying.is_empty()).then(|| {
+                self.fenced += 1;
+                self.fences.of(&self.subjects, self.fenced - 1)
+            });
             let chain = Chain {
                 after: self.pages.last_seq,
-                fence: Some(self.fences.of(&self.subjects, self.sent_batches)),
+                fence,
             };
-            self.sent_batches += 1;
             let end = chain.after + chunk.len() as u64;
             let sent = match publish::send(&self.client, &self.js, id.clone(), chunk, &chain).await
             {

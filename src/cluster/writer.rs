@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::stream::Stream;
+use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use async_nats::jetstream::Context;
 use async_nats::Client;
 use bytes::Bytes;
@@ -308,7 +308,7 @@ impl Writer {
                 settled = oldest.settled() => {
                     match settled {
                         Ok(()) => {}
-                        Err(refusal @ Refusal::Fenced(_)) => match self.stored(oldest.end).await {
+                        Err(refusal @ Refusal::Fenced(_)) => match self.stored(oldest.end, &oldest.id, &oldest.messages).await {
                             Stored::Yes => {}
                             Stored::No => return refusal.into(),
                             Stored::Claimed(Meta { node, epoch, .. }) => {
@@ -452,16 +452,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Whether a batch refused as fenced, ending at stream sequence `end`,
-    /// is in the stream already (sent again after its first answer was
-    /// lost): the stream ends at or past `end`, and then still holds this
-    /// leader's claim as its latest meta message. Read in that order: a
-    /// claim is fenced like any batch and only ever replaced by a newer
-    /// one, and after it only this leader's batches get in (`fence.rs`), so
-    /// if this leader's is the latest after the stream's end was read,
-    /// everything up to that end was written in this leader's epoch, by
-    /// this leader.
-    async fn stored(&self, end: u64) -> Stored {
+    /// Whether batch `id` (its `messages`), refused as fenced and ending at
+    /// stream sequence `end`, is in the stream already (sent again after
+    /// its first answer was lost): the stream ends at or past `end`, and
+    /// then still holds this leader's claim as its latest meta message. Read in that order: a claim is fenced like any
+    /// batch and only ever replaced by a newer one, and after it only this
+    /// leader's batches get in (`fence.rs`), so if this leader's is the
+    /// latest after the stream's end was read, everything up to that end
+    /// was written in this leader's epoch, by this leader. And, not to
+    /// rest a reply on that reasoning alone, the message at the batch's end
+    /// is read back ([`holds_last`]).
+    async fn stored(&self, end: u64, id: &str, messages: &[(String, Bytes)]) -> Stored {
         let last = match self.stream.get_info().await {
             Ok(info) => info.state.last_sequence,
             Err(e) => {
@@ -477,17 +478,47 @@ impl Writer {
                 return Stored::No;
             }
         };
-        match latest {
-            Ok(m) if (m.epoch, &m.node) == (self.meta.epoch, &self.meta.node) => {
-                match last >= end {
-                    true => Stored::Yes,
-                    false => Stored::No,
-                }
+        match latest.ok() {
+            Some(m) if (m.epoch, &m.node) != (self.meta.epoch, &self.meta.node) => {
+                Stored::Claimed(m)
             }
-            Ok(other) => Stored::Claimed(other),
-            Err(_) => Stored::No,
+            Some(_) if last >= end => self.read_back(end, id, messages).await,
+            _ => Stored::No,
         }
     }
+
+    /// Whether the message at stream sequence `end` is the last of batch
+    /// `id`'s `messages` (see [`holds_last`]).
+    async fn read_back(&self, end: u64, id: &str, messages: &[(String, Bytes)]) -> Stored {
+        let found = match self.stream.get_raw_message(end).await {
+            Ok(m) => Some((m.subject.to_string(), m.payload)),
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => None,
+            Err(e) => {
+                tracing::warn!("cannot read stream message {end}: {e}");
+                return Stored::No;
+            }
+        };
+        let sent = messages.last().expect("a batch has messages");
+        let found = found.as_ref().map(|(s, p)| (s.as_str(), &p[..]));
+        match holds_last(found, (&sent.0, &sent.1)) {
+            true => Stored::Yes,
+            false => {
+                tracing::error!(
+                    "stream message {end} is not batch {id}'s last: another writer got in"
+                );
+                Stored::No
+            }
+        }
+    }
+}
+
+/// Whether the stream message at a batch's end, `found` (subject and
+/// payload; `None` if it is gone), is the batch's `last` message. Gone
+/// counts: only a later message on its subject replaces it (one subject
+/// keeps one message), and only this leader's later batches, each chained
+/// on this one, write after its claim.
+fn holds_last(found: Option<(&str, &[u8])>, last: (&str, &[u8])) -> bool {
+    found.is_none_or(|found| found == last)
 }
 
 /// What [`Writer::stored`] found of a batch refused as fenced.
@@ -501,65 +532,4 @@ enum Stored {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use sprout_protocol::{Command, Response};
-
-    use super::ClusterStore;
-    use crate::engine::{Clock, Engine, EngineConfig, Outcome};
-    use crate::shared::{Shared, Submission};
-    use crate::store::Store;
-
-    /// A put, and the submission its answer waits for.
-    fn put(shared: &Shared, conn: u64) -> (Response, Submission) {
-        let command = Command::Put {
-            pri: 0,
-            delay: Duration::ZERO,
-            ttr: Duration::from_secs(60),
-            body: Bytes::from_static(b"x"),
-            tags: None,
-        };
-        let mut state = shared.lock();
-        match state.engine.execute(conn, command, shared.clock.now()) {
-            Outcome::Reply(r) => (r, state.submit()),
-            other => panic!("a put answers at once, not {other:?}"),
-        }
-    }
-
-    /// Before a node claims the stream its store fails every submission
-    /// (what a replica's own tick writes, say). An answer that writes
-    /// nothing afterwards waits behind that failure but is not failed by
-    /// it: a new leader whose bridge hand-over had no timer to end took
-    /// the standby's failure for its own and exited, and so did every
-    /// node after it (tests/cluster_bridge.rs, 2 runs in 4 by hand).
-    #[test]
-    fn a_standby_failure_fails_only_its_own_writer() {
-        let config = EngineConfig {
-            max_job_size: 65_535,
-            binlog_max_size: 0,
-            journal: true,
-            binlog: Default::default(),
-            jobs_budget: None,
-        };
-        let clock = Clock::new();
-        let store = ClusterStore::new();
-        let shared = Shared::new(
-            Engine::new(config, clock.now()),
-            clock,
-            Box::new(store.clone()),
-        );
-        let (conn, _mailbox) = shared.connect();
-
-        let (answer, wrote) = put(&shared, conn);
-        assert!(matches!(answer, Response::Inserted(_)), "{answer:?}");
-        let progress = store.progress().borrow().clone();
-        assert!(wrote.own && wrote.failed(&progress), "{wrote:?}");
-
-        // Nothing journaled: the latest submission is waited behind only.
-        let nothing = shared.lock().submit();
-        assert_eq!(nothing.seq, wrote.seq);
-        assert!(!nothing.own && !nothing.failed(&progress), "{nothing:?}");
-    }
-}
+mod tests;

@@ -547,33 +547,14 @@ async fn atomic_batches_pipeline_with_chained_expected_last_sequence() {
     else {
         return;
     };
-    let inbox = client.new_inbox();
-    let mut sub = client
-        .subscribe(format!("{inbox}.*.*"))
-        .await
-        .expect("subscribe");
     let chained = |id: usize, expect: u64| fenced(&format!("PL.{id}"), 10, expect);
     // Five batches of 10 sent back to back, batch k expecting 10k, then a
     // sixth that expects what the fifth's predecessor left (a stale fence).
-    for k in 0..5 {
-        send_batch(&client, &inbox, &format!("p{k}"), chained(k, 10 * k as u64)).await;
-    }
-    send_batch(&client, &inbox, "stale", chained(5, 40)).await;
-    let mut replies: BTreeMap<String, String> = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    while let Ok(Some(m)) = tokio::time::timeout_at(deadline, sub.next()).await {
-        let id = m
-            .subject
-            .as_str()
-            .split('.')
-            .rev()
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        if !m.payload.is_empty() {
-            replies.insert(id, String::from_utf8_lossy(&m.payload).into_owned());
-        }
-    }
+    let mut batches: Vec<(String, Vec<Msg>)> = (0..5)
+        .map(|k| (format!("p{k}"), chained(k, 10 * k as u64)))
+        .collect();
+    batches.push(("stale".into(), chained(5, 40)));
+    let replies = pipelined(&client, batches).await;
     eprintln!("pipelined batches: {replies:?}");
     for k in 0..5u64 {
         assert_eq!(

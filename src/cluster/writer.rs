@@ -455,13 +455,14 @@ impl Writer {
     /// Whether batch `id` (its `messages`), refused as fenced and ending at
     /// stream sequence `end`, is in the stream already (sent again after
     /// its first answer was lost): the stream ends at or past `end`, and
-    /// then still holds this leader's claim as its latest meta message. Read in that order: a claim is fenced like any
-    /// batch and only ever replaced by a newer one, and after it only this
-    /// leader's batches get in (`fence.rs`), so if this leader's is the
-    /// latest after the stream's end was read, everything up to that end
-    /// was written in this leader's epoch, by this leader. And, not to
-    /// rest a reply on that reasoning alone, the message at the batch's end
-    /// is read back ([`holds_last`]).
+    /// then still holds this leader's claim as its latest meta message.
+    /// Read in that order: a claim is fenced like any batch and only ever
+    /// replaced by a newer one, and after it only this leader's batches
+    /// get in (`fence.rs`), so if this leader's is the latest after the
+    /// stream's end was read, everything up to that end was written in
+    /// this leader's epoch, by this leader. And, not to rest a reply on
+    /// that reasoning alone, the message at the batch's end is read back
+    /// ([`holds_last`]).
     async fn stored(&self, end: u64, id: &str, messages: &[(String, Bytes)]) -> Stored {
         let last = match self.stream.get_info().await {
             Ok(info) => info.state.last_sequence,

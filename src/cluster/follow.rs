@@ -223,14 +223,24 @@ mod tests {
         batches.extend((3..=200).map(|id| vec![Record::Delete(id)]));
         let mut changed = test_image(2, 10_000);
         changed.pri = 7;
-        batches.push(vec![Record::Update(changed.clone())]);
+        // An update carries no body: the leader's pack takes it from the
+        // job's page, and the standby gets it whole.
+        let update = JobImage {
+            body: Bytes::new(),
+            ..changed.clone()
+        };
+        batches.push(vec![Record::Update(update)]);
         batches.extend((0..20).map(|_| Vec::new()));
         let mut freed = 0;
         for records in &batches {
             let Pages { log, by_slot, .. } = &mut leader;
-            let packed = pack(log, records, 200, |slot| {
-                Ok(by_slot.get(&slot).map(|p| p.to_vec()))
-            })
+            let packed = pack(
+                log,
+                records,
+                200,
+                |_| None,
+                |slot| Ok(by_slot.get(&slot).map(|p| p.to_vec())),
+            )
             .unwrap();
             freed += packed.freed.len();
             let messages = leader.keep(packed);

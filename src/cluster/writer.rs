@@ -36,9 +36,10 @@ use super::subjects::Subjects;
 use crate::engine::{Record, Room};
 use crate::store::{pack, raise_id_ceiling, Progress, Seq, Store};
 
-/// Records taken into one batch, in bytes: with pages of 4 KiB and
-/// [`CLEAN_PAGES`] cleaned, a batch stays well inside [`MAX_BATCH`]
-/// messages.
+/// Records taken into one batch, in the bytes their pages will hold
+/// (`Log::page_bytes`: an update counts its body, which it does not carry
+/// but its new image holds): with pages of 4 KiB and [`CLEAN_PAGES`]
+/// cleaned, a batch stays well inside [`MAX_BATCH`] messages.
 const BATCH_BYTES: usize = 1 << 20;
 /// Oldest pages cleaned per batch at most.
 const CLEAN_PAGES: usize = 200;
@@ -115,30 +116,26 @@ impl ClusterStore {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes queued groups, up to [`BATCH_BYTES`] of records (at least one
-    /// group).
-    fn take(&self) -> Vec<(Seq, Vec<Record>)> {
+    /// Takes queued groups, up to [`BATCH_BYTES`] as `bytes_of` counts a
+    /// group's records (at least one group); returns them and their bytes.
+    fn take(
+        &self,
+        mut bytes_of: impl FnMut(&[Record]) -> usize,
+    ) -> (Vec<(Seq, Vec<Record>)>, usize) {
         let mut q = self.queue();
         let mut bytes = 0;
         let n = q
             .groups
             .iter()
             .take_while(|(_, records)| {
-                let before = bytes;
-                bytes += records.iter().map(record_bytes).sum::<usize>();
-                before < BATCH_BYTES
+                let take = bytes < BATCH_BYTES;
+                if take {
+                    bytes += bytes_of(records);
+                }
+                take
             })
             .count();
-        q.groups.drain(..n).collect()
-    }
-}
-
-fn record_bytes(record: &Record) -> usize {
-    match record {
-        Record::Put(image) | Record::Update(image) => {
-            64 + image.tube.as_bytes().len() + image.body.len()
-        }
-        Record::Delete(_) => 16,
+        (q.groups.drain(..n).collect(), bytes)
     }
 }
 
@@ -287,12 +284,15 @@ impl Writer {
         let mut retry: Option<(Instant, u32)> = None;
         loop {
             if flying.len() < in_flight() {
-                let groups = self.store.take();
+                // The queue's lock, then the directory's (`page_bytes`).
+                let log = &self.pages.log;
+                let (groups, bytes) = self.store.take(|records| log.page_bytes(records));
                 let clean = idle && self.pages.log.over_bound();
                 if !groups.is_empty() || clean {
                     idle = false;
                     batches += 1;
-                    if let Err(e) = self.send(&groups, batches, &mut flying).await {
+                    let sent = self.send(&groups, bytes, batches, &mut flying).await;
+                    if let Err(e) = sent {
                         return e;
                     }
                     continue;
@@ -351,23 +351,29 @@ impl Writer {
         }
     }
 
-    /// Packs `groups` and sends them (see the module docs); the last batch
-    /// sent carries the last group's submission number.
+    /// Packs `groups`, whose pages hold about `bytes`, and sends them (see
+    /// the module docs); the last batch sent carries the last group's
+    /// submission number.
     async fn send(
         &mut self,
         groups: &[(Seq, Vec<Record>)],
+        bytes: usize,
         number: u64,
         flying: &mut VecDeque<Flying>,
     ) -> Result<(), WriteError> {
         let records = || groups.iter().flat_map(|(_, records)| records);
-        let bytes: usize = records().map(record_bytes).sum();
         // A group too big for one batch is sent in several, uncleaned, so
         // that no part of it frees a slot another part still needs.
         let clean = if bytes <= BATCH_BYTES { CLEAN_PAGES } else { 0 };
         let Pages { log, by_slot, .. } = &mut self.pages;
-        let packed = pack(log, records(), clean, |slot| {
-            Ok(by_slot.get(&slot).map(|page| page.to_vec()))
-        })
+        // Every page is at hand (`by_slot`): no cache to ask first.
+        let packed = pack(
+            log,
+            records(),
+            clean,
+            |_| None,
+            |slot| Ok(by_slot.get(&slot).map(|page| page.to_vec())),
+        )
         .map_err(WriteError::Pack)?;
         let mut messages: Vec<(String, Bytes)> = self
             .pages

@@ -33,6 +33,7 @@ use tokio::sync::watch;
 
 use super::ballast::free_space;
 use super::blobs::Blobs;
+use super::body_cache::BodyCache;
 use super::log::Log;
 use super::page;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
@@ -64,7 +65,9 @@ const WINDOW: Duration = Duration::from_millis(50);
 const GATHER: Duration = Duration::from_micros(500);
 /// A window is applied early once it holds this many commands...
 const WINDOW_SUBMISSIONS: u64 = 4096;
-/// ... or once its records hold this many bytes.
+/// ... or once its pages would hold this many bytes (`Log::page_bytes`:
+/// an update counts its body, which it does not carry but its new image
+/// holds).
 const WINDOW_BYTES: usize = 16 << 20;
 /// How often a window held back by a low disk is tried again.
 const LOW_DISK_RETRY: Duration = Duration::from_millis(100);
@@ -88,6 +91,8 @@ pub struct Absorber {
     /// sled's log file, for `fdatasync`.
     pub file: File,
     pub blobs: Blobs,
+    /// Bodies of updated jobs, before their pages are read (`pack.rs`).
+    pub cache: Arc<BodyCache>,
     pub store_dir: PathBuf,
     pub stats: Arc<BinlogStats>,
     pub progress: Arc<watch::Sender<Progress>>,
@@ -113,15 +118,16 @@ struct Window {
 }
 
 impl Window {
-    fn push(&mut self, commit: u64, last_seq: Seq, ids_below: JobId, records: Vec<Record>) {
-        self.bytes += records.iter().map(held_bytes).sum::<usize>();
+    /// Adds a frame whose records add `bytes` to the pages.
+    fn push(&mut self, frame: (u64, Vec<Record>), last_seq: Seq, ids_below: JobId, bytes: usize) {
+        self.bytes += bytes;
         self.opened.get_or_insert_with(Instant::now);
         if last_seq > 0 {
             self.first_seq.get_or_insert(last_seq);
             self.last_seq = last_seq;
         }
         self.ids_below = ids_below;
-        self.frames.push((commit, records));
+        self.frames.push(frame);
     }
 
     fn full(&self) -> bool {
@@ -133,14 +139,6 @@ impl Window {
 
     fn due(&self) -> Option<Instant> {
         self.opened.map(|at| at + WINDOW)
-    }
-}
-
-/// About what a record keeps alive while it waits: its body, and the rest.
-fn held_bytes(record: &Record) -> usize {
-    match record {
-        Record::Put(image) | Record::Update(image) => image.body.len() + 64,
-        Record::Delete(_) => 16,
     }
 }
 
@@ -209,7 +207,12 @@ impl Absorber {
                         last_seq,
                         ids_below,
                         records,
-                    } => window.push(commit, last_seq, ids_below, records),
+                    } => {
+                        // What the window's batch writes, and about what
+                        // it keeps alive meanwhile (for an update, less).
+                        let bytes = self.state.log.page_bytes(&records);
+                        window.push((commit, records), last_seq, ids_below, bytes)
+                    }
                     Absorb::Retired {
                         number,
                         last_commit,
@@ -339,7 +342,9 @@ impl Absorber {
             Err(e) => Err(io::Error::from(e)),
         };
         let records = frames.iter().flat_map(|(_, records)| records);
-        let packed = pack::pack(&mut self.state.log, records, usize::MAX, old_page)?;
+        let cached = |id| self.cache.get(id);
+        let log = &mut self.state.log;
+        let packed = pack::pack(log, records, usize::MAX, cached, old_page)?;
         let mut batch = ::sled::Batch::default();
         for slot in packed.freed {
             batch.remove(&page::page_key(slot));

@@ -50,10 +50,19 @@ pub enum Failed {
 }
 
 /// Why one attempt did not give the body.
-enum Miss {
+pub(super) enum Miss {
     /// What a change of the page log between lookup and read explains.
     Stale(&'static str),
     Damaged(String),
+}
+
+impl std::fmt::Display for Miss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Miss::Stale(why) => f.write_str(why),
+            Miss::Damaged(why) => f.write_str(why),
+        }
+    }
 }
 
 /// Job `id`'s body, read from its page by `read_page` (a slot's value,
@@ -70,7 +79,7 @@ pub fn read<V: AsRef<[u8]>>(
         let attempt = match dir.find(id) {
             None => Err(Miss::Stale("no place")),
             Some(found) => match read_page(found.slot) {
-                Ok(Some(value)) => check(value.as_ref(), found, id),
+                Ok(Some(value)) => body_in(value.as_ref(), found, id),
                 Ok(None) => Err(Miss::Stale("its page's slot is empty")),
                 Err(e) => Err(Miss::Damaged(format!("reading its page: {e}"))),
             },
@@ -105,8 +114,9 @@ fn settled(dir: &Directory) -> u64 {
 }
 
 /// The body in page `value`, if it is the page `found` names and holds an
-/// image of job `id` as long as `found` says.
-fn check(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Miss> {
+/// image of job `id` as long as `found` says. Packing reads an updated
+/// job's body with it too (`pack.rs`).
+pub(super) fn body_in(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Miss> {
     let seq = found.seq;
     let damaged = |e: &dyn std::fmt::Display| Miss::Damaged(format!("page {seq}: {e}"));
     let (stored_seq, entries) = page::read(value).map_err(|e| damaged(&e))?;

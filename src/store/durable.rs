@@ -137,6 +137,7 @@ impl DurableStore {
             file: File::open(dir.join("db"))?,
             db,
             blobs: Blobs::new(dir),
+            cache: bodies.cache.clone(),
             store_dir: dir.clone(),
             stats,
             progress,

@@ -10,15 +10,24 @@
 //! (`absorb.rs`), or a cluster's batch of stream messages
 //! (`cluster/writer.rs`). The log is updated as if the change were made,
 //! so a caller whose write fails must stop writing.
+//!
+//! An update carries no body (`Record::Update`), but a page holds whole
+//! images, so its body comes from the batch (the job's put, earlier in
+//! it), else from the caller (the body cache), else from the job's image
+//! in its page, read before the batch changes the log, each page once.
 
 use std::io;
 
+use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
+use super::body_read;
 use super::corrupt::Corrupt;
+use super::entry;
 use super::log::{self, Log};
 use super::page::{self, PageBuilder};
+use super::record;
 use super::slots::Slot;
 use crate::engine::{JobImage, Record};
 
@@ -33,38 +42,60 @@ pub struct Packed {
     pub moved: u64,
 }
 
+/// The batch's last word on a job.
+#[derive(Clone, Copy, Default)]
+struct Word<'a> {
+    /// Its latest image; `None`: deleted.
+    image: Option<&'a JobImage>,
+    /// Whether that image is a put's, body and all.
+    whole: bool,
+    /// The body a put in the batch gave it.
+    body: Option<&'a Bytes>,
+}
+
 /// Packs `records` (in order) into pages in `log`, cleaning at most
 /// `clean_pages` of its oldest pages while it is over its bound (a
-/// cluster's batch holds a bounded number of messages). `old_page` reads a
-/// stored page by slot; `None` means it cannot be had now, and cleaning
-/// stops there.
+/// cluster's batch holds a bounded number of messages). An update's body
+/// (it carries none) is its put's in the batch, else `cached`'s, else read
+/// from its stored image; a job updated with neither is an error.
+/// `old_page` reads a stored page by slot; `None` means it cannot be had
+/// now, and cleaning stops there (an updated job's page must be had).
 pub fn pack<'a>(
     log: &mut Log,
     records: impl IntoIterator<Item = &'a Record>,
     clean_pages: usize,
+    mut cached: impl FnMut(JobId) -> Option<Bytes>,
     mut old_page: impl FnMut(Slot) -> io::Result<Option<Vec<u8>>>,
 ) -> io::Result<Packed> {
+    let (order, last, updates) = last_words(records);
+    // Before the log forgets where the updated jobs' images are.
+    let mut read = FxHashMap::default();
+    if updates {
+        let bare = last
+            .iter()
+            .filter(|(_, w)| w.image.is_some() && w.body.is_none());
+        read = bodies(log, bare.map(|(&id, _)| id), &mut cached, &mut old_page)?;
+    }
     // The directory's lock, once for the batch: readers wait out a batch
     // anyway (`directory.rs`).
     let mut log = log.hold();
-    let mut order = Vec::new();
-    let mut last: FxHashMap<JobId, Option<&JobImage>> = FxHashMap::default();
-    for record in records {
-        let (id, image) = match record {
-            Record::Put(image) | Record::Update(image) => (image.id, Some(image)),
-            Record::Delete(id) => (*id, None),
-        };
-        if last.insert(id, image).is_none() {
-            order.push(id);
-        }
-    }
     let first_seq = log.next_seq();
     let mut pages = PageBuilder::default();
     for id in order {
         let stored = log.forget(id);
-        match last[&id] {
+        let word = last[&id];
+        match word.image {
             Some(image) => {
-                let (page, len) = pages.image(image);
+                let (page, len) = if word.whole {
+                    pages.image(image)
+                } else {
+                    let body = word.body.cloned().or_else(|| read.remove(&id));
+                    let body = body.expect("every updated job's body is found");
+                    pages.image(&JobImage {
+                        body,
+                        ..image.clone()
+                    })
+                };
                 log.place(first_seq + page as u64, id, len);
             }
             None if stored => pages.tombstone(id),
@@ -104,86 +135,112 @@ pub fn pack<'a>(
     Ok(packed)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::entry::tests::image;
-    use std::collections::HashMap;
+/// The batch's last word on each job, the jobs in the order first
+/// touched, and whether there are updates.
+type Words<'a> = (Vec<JobId>, FxHashMap<JobId, Word<'a>>, bool);
 
-    /// Keeps pages in a map, as a store would.
-    fn apply(store: &mut HashMap<Slot, Vec<u8>>, packed: Packed) {
-        for slot in packed.freed {
-            store.remove(&slot);
-        }
-        for (slot, value) in packed.pages {
-            store.insert(slot, value);
-        }
-    }
-
-    fn live(store: &HashMap<Slot, Vec<u8>>) -> Vec<JobId> {
-        let pages: Vec<(Slot, &[u8])> = store.iter().map(|(&s, v)| (s, v.as_slice())).collect();
-        let replayed = Log::replay(&pages, false).unwrap();
-        let mut ids: Vec<JobId> = replayed
-            .images
-            .iter()
-            .map(|image| crate::store::record::decode_job(image.bytes).unwrap().id)
-            .collect();
-        ids.sort_unstable();
-        ids
-    }
-
-    #[test]
-    fn the_last_word_on_each_job_is_packed_and_old_pages_are_cleaned() {
-        let mut log = Log::default();
-        let mut store = HashMap::new();
-        let none = |_: Slot| Ok(None);
-        // A job put and deleted in one batch leaves nothing at all.
-        let records = [Record::Put(image(1, 10)), Record::Delete(1)];
-        let packed = pack(&mut log, &records, usize::MAX, none).unwrap();
-        assert!(packed.pages.is_empty() && packed.freed.is_empty());
-        // 300 jobs of 10 KB, then all but two deleted, batch by batch:
-        // the log goes over its bound and cleaning frees old slots.
-        for id in 1..=300 {
-            let packed = pack(
-                &mut log,
-                &[Record::Put(image(id, 10_000))],
-                usize::MAX,
-                none,
-            )
-            .unwrap();
-            apply(&mut store, packed);
-        }
-        let mut freed = 0;
-        for id in 3..=300 {
-            let copy = store.clone();
-            let old = |slot: Slot| Ok(copy.get(&slot).cloned());
-            let packed = pack(&mut log, &[Record::Delete(id)], usize::MAX, old).unwrap();
-            freed += packed.freed.len();
-            apply(&mut store, packed);
-        }
-        // With nothing to write, cleaning goes on by itself (as the store
-        // does when idle) until the log is within its bound.
-        for _ in 0..10 {
-            if !log.over_bound() {
-                break;
+fn last_words<'a>(records: impl IntoIterator<Item = &'a Record>) -> Words<'a> {
+    let mut order = Vec::new();
+    let mut last: FxHashMap<JobId, Word> = FxHashMap::default();
+    let mut updates = false;
+    for record in records {
+        let id = match record {
+            Record::Put(image) | Record::Update(image) => image.id,
+            Record::Delete(id) => *id,
+        };
+        let word = last.entry(id).or_insert_with(|| {
+            order.push(id);
+            Word::default()
+        });
+        match record {
+            Record::Put(image) => {
+                *word = Word {
+                    image: Some(image),
+                    whole: true,
+                    body: Some(&image.body),
+                }
             }
-            let copy = store.clone();
-            let old = |slot: Slot| Ok(copy.get(&slot).cloned());
-            let packed = pack(&mut log, &[], usize::MAX, old).unwrap();
-            freed += packed.freed.len();
-            apply(&mut store, packed);
+            Record::Update(image) => {
+                (word.image, word.whole) = (Some(image), false);
+                updates = true;
+            }
+            Record::Delete(_) => word.image = None,
         }
-        assert_eq!(live(&store), [1, 2]);
-        assert!(freed > 150, "only {freed} slots freed");
-        let (stored, live_bytes) = log.sizes();
-        assert!(
-            stored <= 2 * live_bytes + log::SLACK,
-            "{stored} for {live_bytes}"
-        );
-        // A store that cannot read an old page now only stops cleaning.
-        let packed = pack(&mut log, &[Record::Put(image(400, 10))], usize::MAX, none).unwrap();
-        assert!(packed.freed.is_empty());
-        apply(&mut store, packed);
-        assert_eq!(live(&store), [1, 2, 400]);
+    }
+    (order, last, updates)
+}
+
+/// The bodies of updated jobs `ids`, whose puts are not in the batch:
+/// `cached`'s, else read from their images where `log` says they are
+/// (looked up one by one: these are the few a cache would have missed),
+/// each page read once. A job with no stored image is an error, naming
+/// it: an update of a job never put is a bug, and an empty body in its
+/// place would lose the real one for good.
+fn bodies(
+    log: &Log,
+    ids: impl Iterator<Item = JobId>,
+    cached: &mut impl FnMut(JobId) -> Option<Bytes>,
+    old_page: &mut impl FnMut(Slot) -> io::Result<Option<Vec<u8>>>,
+) -> io::Result<FxHashMap<JobId, Bytes>> {
+    let dir = log.directory();
+    let mut found = FxHashMap::default();
+    let mut to_read = Vec::new();
+    for id in ids {
+        if let Some(body) = cached(id) {
+            found.insert(id, body);
+            continue;
+        }
+        let Some(place) = dir.find(id) else {
+            return Err(io::Error::other(format!(
+                "job {id} is updated, but the store holds no image of it and the \
+                 batch no put"
+            )));
+        };
+        to_read.push((place, id));
+    }
+    to_read.sort_unstable_by_key(|&(place, _)| place.seq);
+    for run in to_read.chunk_by(|a, b| a.0.seq == b.0.seq) {
+        let (place, _) = run[0];
+        let missing = || io::Error::other(format!("the page in slot {} is missing", place.slot));
+        let value = old_page(place.slot)?.ok_or_else(missing)?;
+        for &(place, id) in run {
+            let body = body_read::body_in(&value, place, id)
+                .map_err(|why| io::Error::other(format!("job {id}'s stored image: {why}")))?;
+            found.insert(id, body);
+        }
+    }
+    Ok(found)
+}
+
+impl Log {
+    /// About the bytes `records` add to a batch's pages, to bound a batch
+    /// before it is packed (sled's window, a cluster's batch). An update
+    /// carries no body, but its new image holds the body again: it counts
+    /// as its job's stored entry (whose length the directory keeps, the
+    /// body the same), or as its fields alone if the job is not stored
+    /// yet (its put, earlier in the batch, counted the body: one image is
+    /// written for both). Takes the directory's lock once, for updates
+    /// only.
+    pub fn page_bytes<'a>(&self, records: impl IntoIterator<Item = &'a Record>) -> usize {
+        let dir = self.directory();
+        let mut map = None;
+        let mut bytes = 0;
+        for record in records {
+            bytes += match record {
+                Record::Put(image) => entry::image_len(image),
+                Record::Update(image) => {
+                    let map = map.get_or_insert_with(|| dir.lock());
+                    match map.jobs.get(image.id) {
+                        Some(place) => place.len as usize,
+                        None => 4 + record::state_len(image),
+                    }
+                }
+                Record::Delete(_) => entry::TOMBSTONE_ENTRY_LEN,
+            };
+        }
+        bytes
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -389,7 +389,7 @@ impl Engine {
                 &self.jobs[slot],
                 self.jobs.profile(slot),
                 self.jobs.counts(slot),
-                self.jobs.body_bytes(slot),
+                bytes::Bytes::new(), // an update's: no body (`Record::Update`)
                 &name,
             );
             image.ext = Some(Box::new(Extras {

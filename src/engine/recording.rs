@@ -2,6 +2,8 @@
 //! the journal file each job's latest record went to (`stats-job`'s
 //! `file`). The records themselves are `records.rs`.
 
+use bytes::Bytes;
+
 use super::admission::Change;
 use super::machine::Engine;
 use super::records::{JobImage, Record};
@@ -22,7 +24,7 @@ impl Engine {
         if !self.config.journal {
             return;
         }
-        let image = self.image(slot);
+        let image = self.image(slot, self.jobs.body_bytes(slot));
         let body = self.jobs.body_len(slot);
         let change = match &image.ext {
             None => Change::Put {
@@ -36,13 +38,13 @@ impl Engine {
         self.written_to_file(slot);
     }
 
-    /// Journals job `slot`'s new state: an update, its whole image again (a
-    /// no-op unless journaling is on).
+    /// Journals job `slot`'s new state: an update, its whole image again
+    /// but its body (a no-op unless journaling is on).
     pub(super) fn record_update(&mut self, slot: JobSlot) {
         if !self.config.journal {
             return;
         }
-        let image = self.image(slot);
+        let image = self.image(slot, Bytes::new());
         let mut tube = image.tube.as_bytes().len();
         if image.ext.is_some() {
             tube += self.extras_len(slot);
@@ -52,14 +54,15 @@ impl Engine {
         self.written_to_file(slot);
     }
 
-    /// Job `slot` as its records hold it, tags included.
-    pub(super) fn image(&self, slot: JobSlot) -> JobImage {
+    /// Job `slot` as its records hold it, tags included, with `body`: a
+    /// put's, or none for an update (see [`Record::Update`]).
+    pub(super) fn image(&self, slot: JobSlot, body: Bytes) -> JobImage {
         let profile = self.jobs.profile(slot);
         let mut image = JobImage::of(
             &self.jobs[slot],
             profile,
             self.jobs.counts(slot),
-            self.jobs.body_bytes(slot),
+            body,
             &self.tubes[profile.tube].name,
         );
         image.ext = self.extras(slot);

@@ -3,7 +3,7 @@
 //!
 //! When journaling is on (`EngineConfig::journal`), every change that must
 //! survive a restart appends a [`Record`] holding the job's whole persistent
-//! image, not a delta: a store that applies records in order ends with each
+//! image (an update's without the body, which never changes), not a delta: a store that applies records in order ends with each
 //! job's latest image, whatever interleaving produced it. A job's move from
 //! delayed to ready needs no record (its stored deadline says when), nor do
 //! reserve and touch, nor does a disconnect returning jobs to ready (a
@@ -50,6 +50,7 @@ pub struct JobImage {
     pub created: Time,
     /// Its `stats-job` counters.
     pub counts: Counts,
+    /// Empty in an update's record ([`Record::Update`]).
     pub body: Bytes,
     /// tuber's tags, for a tagged job (`ext.rs`); `None` for all others.
     pub ext: Option<Box<Extras>>,
@@ -60,7 +61,9 @@ pub struct JobImage {
 pub enum Record {
     /// A new job: its image and body.
     Put(JobImage),
-    /// A job's image changed (its body did not).
+    /// A job's image changed, but its body: no command changes a body, so
+    /// the record carries none (an empty one) and the store keeps the one
+    /// it has (`store/pack.rs`; the journal writes the state alone).
     Update(JobImage),
     Delete(JobId),
 }

@@ -67,6 +67,7 @@ impl Fixture {
             journal: false,
             binlog: Default::default(),
             jobs_budget: None,
+            bodies_in_store: false,
         };
         let mut engine = Engine::new(config, T0);
         let conn = engine.connect();

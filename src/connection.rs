@@ -45,6 +45,7 @@ use tokio_util::codec::Decoder;
 
 use crate::auth::{self, Session, Step};
 use crate::engine::{ConnId, Engine, Outcome, Time};
+use crate::fill;
 use crate::peer::Peer;
 use crate::pending::Pending;
 use crate::shared::{Letter, Mailbox, Shared, Submission};
@@ -234,7 +235,7 @@ where
                     Ok(outcome) => outcome,
                     Err(last) => {
                         let seq = state.submit();
-                        self.answers.push((last, seq));
+                        self.answers.push(Letter::new(&state, shared, last, seq));
                         return Next::Close;
                     }
                 },
@@ -249,7 +250,14 @@ where
             match outcome {
                 Outcome::Reply(response) => {
                     size += approximate_len(&response);
-                    self.answers.push((response, seq));
+                    let letter = Letter::new(&state, shared, response, seq);
+                    let cold = !letter.cold.is_empty();
+                    self.answers.push(letter);
+                    // Its body is read before anything after it runs: this
+                    // connection's own `delete` could take it away first.
+                    if cold {
+                        break;
+                    }
                 }
                 Outcome::Wait => return Next::Parked,
                 Outcome::Close => return Next::Close,
@@ -268,20 +276,21 @@ where
     /// Writes every answer out, once the store has done what each waits for.
     async fn flush(&mut self, shared: &Shared) -> io::Result<()> {
         // 0 without a store, which then has nothing to wait for.
-        let newest = self.answers.iter().map(|(_, s)| s.seq).max().unwrap_or(0);
+        let newest = self.answers.iter().map(|l| l.after.seq).max().unwrap_or(0);
         if newest > 0 {
             let id_bound = self
                 .answers
                 .iter()
-                .filter_map(|(response, _)| named_id(response))
+                .filter_map(|l| named_id(&l.response))
                 .max()
                 .map_or(0, |id| id + 1);
             let progress =
                 store::acknowledged(&*shared.store, &mut self.progress, newest, id_bound).await?;
             self.fail_unstored(shared, &progress);
         }
-        for (response, _) in self.answers.drain(..) {
-            encode_response(&response, &mut self.wbuf);
+        self.fill_cold(shared).await;
+        for letter in self.answers.drain(..) {
+            encode_response(&letter.response, &mut self.wbuf);
         }
         if !self.wbuf.is_empty() {
             let deadline = self.deadline();
@@ -297,13 +306,16 @@ where
     /// INTERNAL_ERROR. Other answers stand: what they changed (a reserve's
     /// counter) is not something the client was promised would persist.
     fn fail_unstored(&mut self, shared: &Shared, progress: &Progress) {
-        for (response, submission) in &mut self.answers {
-            if !submission.failed(progress) {
+        for Letter {
+            response, after, ..
+        } in &mut self.answers
+        {
+            if !after.failed(progress) {
                 continue;
             }
             match response {
                 Response::Inserted(id) => {
-                    shared.lock().engine.forget(*id);
+                    shared.forget(*id);
                     *response = Response::OutOfMemory;
                 }
                 Response::Deleted
@@ -314,6 +326,21 @@ where
                 _ => {}
             }
         }
+    }
+
+    /// Reads the bodies the body cache did not hold (`fill.rs`).
+    async fn fill_cold(&mut self, shared: &Shared) {
+        let (Some(bodies), true) = (
+            shared.store.bodies(),
+            self.answers.iter().any(|l| !l.cold.is_empty()),
+        ) else {
+            return;
+        };
+        let replies = (self.answers.iter_mut())
+            .filter(|l| !l.cold.is_empty())
+            .map(|l| (&mut l.response, std::mem::take(&mut l.cold)))
+            .collect();
+        fill::from_disk(bodies, replies).await;
     }
 
     /// Waits for the answer to a blocked `reserve` and writes it; `false`
@@ -354,7 +381,8 @@ where
             Ok(letter) => letter,
             Err(_) => {
                 let answer = state.engine.cancel_wait(self.id);
-                (answer.unwrap_or(Response::TimedOut), Submission::default())
+                let answer = answer.unwrap_or(Response::TimedOut);
+                Letter::new(&state, shared, answer, Submission::default())
             }
         };
         drop(state);

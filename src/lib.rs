@@ -145,6 +145,7 @@ pub mod client;
 pub mod cluster;
 mod connection;
 pub mod engine;
+mod fill;
 pub mod http;
 pub mod malloc;
 mod peer;

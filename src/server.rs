@@ -372,6 +372,7 @@ fn engine_config(args: &Args, binlog: Arc<BinlogStats>) -> EngineConfig {
         journal: args.binlog_dir.is_some(),
         binlog,
         jobs_budget: args.max_jobs_size,
+        bodies_in_store: args.binlog_dir.is_some(),
     }
 }
 

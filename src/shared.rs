@@ -19,12 +19,38 @@ use tokio::sync::mpsc;
 use crate::alarm::Alarm;
 use crate::auth::Gate;
 use crate::engine::{Clock, ConnId, Engine, Time};
+use crate::fill::{self, Cold};
 use crate::store::{Progress, Seq, Store};
 
-/// A late answer for a blocked connection, and the store submission it must
-/// not overtake (under `-f 0`, a job handed over by a put is not announced
-/// before the put is durable).
-pub type Letter = (Response, Submission);
+/// An answer not yet written: a connection's own, or a late one for a
+/// blocked connection.
+#[derive(Debug)]
+pub struct Letter {
+    pub response: Response,
+    /// The store submission it must not overtake (under `-f 0`, a job
+    /// handed over by a put is not announced before the put is durable).
+    pub after: Submission,
+    /// Its jobs whose bodies are still to be read from the store.
+    pub cold: Cold,
+}
+
+impl Letter {
+    /// `response`, after `after`, its bodies filled from the body cache
+    /// where the engine has none (`fill.rs`; under the engine lock).
+    pub fn new(
+        state: &LockedState,
+        shared: &Shared,
+        mut response: Response,
+        after: Submission,
+    ) -> Letter {
+        let cold = fill::from_cache(&state.engine, shared.store.bodies(), &mut response);
+        Letter {
+            response,
+            after,
+            cold,
+        }
+    }
+}
 
 /// The store submission an answer waits for ([`Locked::submit`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,6 +156,12 @@ impl Shared {
         self.alarm_at.store(at, Ordering::Release);
     }
 
+    /// Drops job `id`, whose put the store failed to keep.
+    pub fn forget(&self, id: JobId) {
+        self.lock().engine.forget(id);
+        self.store.forget(id);
+    }
+
     pub fn disconnect(&self, id: ConnId) {
         let now = self.clock.now();
         let mut state = self.lock();
@@ -192,11 +224,13 @@ impl Drop for Locked<'_> {
     fn drop(&mut self) {
         self.submit();
         let state = &mut *self.guard;
-        for (id, response) in state.engine.take_wakeups() {
+        let wakeups: Vec<_> = state.engine.take_wakeups().collect();
+        let after = Submission::behind(state.last_seq);
+        for (id, response) in wakeups {
             // A closed mailbox means the connection is leaving; its
             // disconnect (under this same lock, later) returns the job.
             if let Some(tx) = state.mailboxes.get(&id) {
-                let _ = tx.send((response, Submission::behind(state.last_seq)));
+                let _ = tx.send(Letter::new(state, self.shared, response, after));
             }
         }
         let next = state.engine.next_deadline().unwrap_or(Time::MAX);

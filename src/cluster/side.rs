@@ -85,6 +85,9 @@ pub async fn start(
     let config = EngineConfig {
         max_job_size,
         journal: true,
+        // Standbys and a new leader read bodies from the engine until
+        // they have a body store of their own (issue 33, step 4).
+        bodies_in_store: false,
         ..config
     };
     let engine = Engine::new(config, clock.now());

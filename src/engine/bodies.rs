@@ -23,6 +23,13 @@
 //!
 //! Replies carry `Bytes`, so a `reserve` copies the body out (a 100-byte
 //! `memcpy` into a fresh buffer), where it used to share it.
+//!
+//! With `-b` the store keeps every body on disk anyway, so a body longer
+//! than [`INLINE`] is not kept here at all: its handle is *stored* and
+//! holds only its length (issue 33, docs/durability.md "Next: bodies kept
+//! only on disk"). A reply naming such a job carries an empty body that
+//! the connection fills from the store's body cache or its disk
+//! (`Engine::stored_len`), outside the engine lock.
 
 /// The largest body kept in a size class.
 const SMALL: usize = 1024;
@@ -45,6 +52,13 @@ pub(super) struct Body {
 
 /// A [`Body`]'s size for a body over [`SMALL`] bytes (its box knows how long).
 const LARGE: u16 = SMALL as u16 + 1;
+/// A [`Body`]'s size for a body only the store keeps: `at` is its length
+/// less one (`-z` is at most 2^30, so it fits [`AT_BITS`]).
+const STORED: u16 = LARGE + 1;
+/// The longest body kept here when the store keeps bodies: a shorter one
+/// costs less in the slab than a cache entry or a disk read would (its
+/// handle and record are paid either way).
+pub const INLINE: usize = 32;
 /// Bits of an entry number: a slab never has more entries than there are
 /// jobs at once (a freed one is always taken before a new one), under 2^30.
 const AT_BITS: u32 = 30;
@@ -58,6 +72,11 @@ impl Body {
         (u64::from(self.size) << AT_BITS) | u64::from(self.at)
     }
 
+    /// Whether only the store keeps the bytes.
+    pub(super) fn is_stored(self) -> bool {
+        self.size == STORED
+    }
+
     /// The handle stored as `bits` (from [`Body::bits`]).
     pub(super) fn from_bits(bits: u64) -> Body {
         Body {
@@ -67,7 +86,8 @@ impl Body {
     }
 }
 
-const _: () = assert!(LARGE < 1 << (Body::BITS - AT_BITS));
+const _: () = assert!(STORED < 1 << (Body::BITS - AT_BITS));
+const _: () = assert!(sprout_protocol::MAX_JOB_SIZE_LIMIT <= 1 << AT_BITS);
 
 pub(super) struct Bodies {
     /// By class: bodies of `class + 1` bytes.
@@ -77,6 +97,9 @@ pub(super) struct Bodies {
     /// Bodies over [`SMALL`] bytes, by `at`; freed ones are empty.
     large: Vec<Box<[u8]>>,
     large_free: Vec<u32>,
+    /// With a store that keeps bodies (`-b`): bodies longer than this are
+    /// left to it ([`INLINE`]).
+    stored_above: Option<usize>,
 }
 
 /// One size class: fixed-size entries in pages of `1 << page_log2` each.
@@ -157,7 +180,14 @@ impl Bodies {
             large: Vec::new(),
             large_free: Vec::new(),
             bytes: 0,
+            stored_above: None,
         }
+    }
+
+    /// From now on, bodies longer than `inline` bytes are left to the
+    /// store: [`Bodies::put`] keeps only their length.
+    pub(super) fn leave_to_store(&mut self, inline: usize) {
+        self.stored_above = Some(inline);
     }
 
     /// The bytes of every body held.
@@ -165,9 +195,16 @@ impl Bodies {
         self.bytes
     }
 
-    /// Keeps a copy of `body`.
+    /// Keeps a copy of `body`, or only its length if the store keeps it
+    /// ([`Bodies::leave_to_store`]).
     pub(super) fn put(&mut self, body: &[u8]) -> Body {
         self.bytes += body.len() as u64;
+        if self.stored_above.is_some_and(|inline| body.len() > inline) {
+            return Body {
+                size: STORED,
+                at: (body.len() - 1) as u32,
+            };
+        }
         let at = match body.len() {
             0 => 0,
             n if n <= SMALL => {
@@ -199,15 +236,18 @@ impl Bodies {
     pub(super) fn len(&self, body: Body) -> usize {
         match body.size {
             LARGE => self.large[body.at as usize].len(),
+            STORED => body.at as usize + 1,
             n => usize::from(n),
         }
     }
 
-    pub(super) fn get(&self, body: Body) -> &[u8] {
+    /// The bytes of `body`; `None` if only the store keeps them.
+    pub(super) fn get(&self, body: Body) -> Option<&[u8]> {
         match usize::from(body.size) {
-            0 => &[],
-            n if n <= SMALL => &self.classes[class_of(n)].entry(body.at)[..n],
-            _ => &self.large[body.at as usize],
+            0 => Some(&[]),
+            n if n <= SMALL => Some(&self.classes[class_of(n)].entry(body.at)[..n]),
+            _ if body.is_stored() => None,
+            _ => Some(&self.large[body.at as usize]),
         }
     }
 
@@ -217,6 +257,7 @@ impl Bodies {
         match usize::from(body.size) {
             0 => {}
             n if n <= SMALL => self.classes[class_of(n)].give_back(body.at),
+            _ if body.is_stored() => {}
             _ => {
                 self.large[body.at as usize] = Box::default();
                 self.large_free.push(body.at);
@@ -245,11 +286,39 @@ mod tests {
             .map(|(i, &n)| (bodies.put(&body(n, i as u8)), body(n, i as u8)))
             .collect();
         for &(handle, ref expected) in &kept {
-            assert_eq!(bodies.get(handle), &expected[..]);
+            assert_eq!(bodies.get(handle).unwrap(), &expected[..]);
             assert_eq!(bodies.len(handle), expected.len());
             assert!(handle.bits() < 1 << Body::BITS);
             assert_eq!(Body::from_bits(handle.bits()), handle);
         }
+    }
+
+    #[test]
+    fn bodies_left_to_the_store_keep_their_length_only() {
+        let mut bodies = Bodies::new();
+        bodies.leave_to_store(INLINE);
+        let sizes = [0, 1, INLINE, INLINE + 1, 1025, 1 << 20];
+        for (i, &n) in sizes.iter().enumerate() {
+            let handle = bodies.put(&body(n, i as u8));
+            let stored = n > INLINE;
+            assert_eq!(handle.is_stored(), stored, "{n} bytes");
+            assert_eq!(bodies.len(handle), n);
+            assert_eq!(Body::from_bits(handle.bits()), handle);
+            match bodies.get(handle) {
+                Some(got) => assert_eq!((got, stored), (&body(n, i as u8)[..], false)),
+                None => assert!(stored, "{n} bytes"),
+            }
+        }
+        // `--max-jobs-size` counts what the store keeps too.
+        let total: usize = sizes.iter().sum();
+        assert_eq!(bodies.bytes(), total as u64);
+        // The longest `-z` allows fits the handle's bits.
+        let longest = Body {
+            size: STORED,
+            at: (1 << 30) - 1,
+        };
+        assert_eq!(Body::from_bits(longest.bits()), longest);
+        assert_eq!(bodies.len(longest), 1 << 30);
     }
 
     #[test]
@@ -264,9 +333,9 @@ mod tests {
         let big2 = bodies.put(&body(6000, 5));
         assert_eq!(c.at, a.at, "the freed entry of the class is taken again");
         assert_eq!(big2.at, big.at);
-        assert_eq!(bodies.get(b), &body(100, 2)[..]);
-        assert_eq!(bodies.get(c), &body(100, 4)[..]);
-        assert_eq!(bodies.get(big2), &body(6000, 5)[..]);
+        assert_eq!(bodies.get(b).unwrap(), &body(100, 2)[..]);
+        assert_eq!(bodies.get(c).unwrap(), &body(100, 4)[..]);
+        assert_eq!(bodies.get(big2).unwrap(), &body(6000, 5)[..]);
     }
 
     #[test]
@@ -277,8 +346,8 @@ mod tests {
         let shorter = bodies.put(&body(99, 2));
         let same = bodies.put(&body(100, 3));
         assert_eq!(same.at, a.at);
-        assert_eq!(bodies.get(shorter), &body(99, 2)[..]);
-        assert_eq!(bodies.get(same), &body(100, 3)[..]);
+        assert_eq!(bodies.get(shorter).unwrap(), &body(99, 2)[..]);
+        assert_eq!(bodies.get(same).unwrap(), &body(100, 3)[..]);
         // Entries shorter than a link still chain their free list.
         let tiny: Vec<_> = (0..3).map(|i| bodies.put(&body(1, i))).collect();
         for &h in &tiny {
@@ -289,7 +358,7 @@ mod tests {
         ats.sort_unstable();
         assert_eq!(ats, [0, 1, 2]);
         for (i, &h) in again.iter().enumerate() {
-            assert_eq!(bodies.get(h), &body(1, 10 + i as u8)[..]);
+            assert_eq!(bodies.get(h).unwrap(), &body(1, 10 + i as u8)[..]);
         }
     }
 
@@ -310,10 +379,10 @@ mod tests {
         freed.sort_unstable();
         assert_eq!(reused, freed, "every freed entry, and only those");
         for (i, &h) in handles.iter().enumerate().filter(|(i, _)| i % 3 != 0) {
-            assert_eq!(bodies.get(h), &body(100, i as u8)[..]);
+            assert_eq!(bodies.get(h).unwrap(), &body(100, i as u8)[..]);
         }
         for (i, &h) in again.iter().enumerate() {
-            assert_eq!(bodies.get(h), &body(100, !(i as u8))[..]);
+            assert_eq!(bodies.get(h).unwrap(), &body(100, !(i as u8))[..]);
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct JobInfo {
     pub time_left: Time,
     pub counts: Counts,
     pub body: Bytes,
+    /// With `-b`, the length of a body the engine leaves to the store:
+    /// `body` is empty until the caller fills it (`http/app.rs`).
+    pub stored_len: Option<usize>,
     /// Its place in its state's order (see [`Cursor`]).
     pub cursor: Cursor,
 }
@@ -252,6 +255,7 @@ impl Engine {
             time_left,
             counts: self.jobs.counts(slot),
             body: self.jobs.body_bytes(slot),
+            stored_len: self.jobs.stored_len(slot),
             cursor,
         }
     }

@@ -218,6 +218,14 @@ impl Engine {
         self.next_job_id = self.next_job_id.max(next);
     }
 
+    /// The length of job `id`'s body if only the store keeps it (`-b`): a
+    /// reply naming the job carries an empty body, which the connection
+    /// fills from the store outside the engine lock. `None` if the engine
+    /// holds the body (or has no such job).
+    pub fn stored_len(&self, id: JobId) -> Option<usize> {
+        self.jobs.stored_len(self.jobs.find(id)?)
+    }
+
     /// Removes a job whose put the store failed to keep, whatever state it
     /// has reached meanwhile (its put was never acknowledged).
     pub fn forget(&mut self, id: JobId) {

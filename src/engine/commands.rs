@@ -95,15 +95,15 @@ impl Engine {
         match micros(delay) {
             0 if held => {
                 self.hold(slot);
-                self.record_put(slot);
+                self.record_put(slot, &body);
             }
             0 => {
-                self.record_put(slot);
+                self.record_put(slot, &body);
                 self.make_ready(slot);
             }
             delay => {
                 self.make_delayed(slot, self.now.saturating_add(delay));
-                self.record_put(slot);
+                self.record_put(slot, &body);
             }
         }
         Response::Inserted(id)

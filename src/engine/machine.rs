@@ -5,6 +5,7 @@ use rustc_hash::FxHashMap;
 use sprout_protocol::{Command, JobId, Response};
 
 use super::admission::Room;
+use super::bodies::INLINE;
 use super::clock::Time;
 use super::conn::{Conn, ConnId};
 use super::ext_tables::Ext;
@@ -72,12 +73,16 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(config: EngineConfig, now: Time) -> Engine {
+        let mut jobs = JobTable::new();
+        if config.bodies_in_store {
+            jobs.leave_bodies_to_store(INLINE);
+        }
         Engine {
             config,
             host: Host::read(),
             started: now,
             now,
-            jobs: JobTable::new(),
+            jobs,
             tubes: Tubes::new(),
             conns: FxHashMap::default(),
             timers: Timers::default(),

@@ -68,6 +68,7 @@ pub use admin_ops::AdminError;
 pub use admission::{
     cost, Change, Room, DELETE_ROOM, ENTRY_FIXED_BYTES, FRAME_BYTES, TOMBSTONE_BYTES,
 };
+pub use bodies::INLINE as INLINE_BODY;
 pub use browse::{Apart, Cursor, JobInfo, Page, TubeFigures, MAX_PAGE};
 pub use clock::{Clock, Time};
 pub use conn::ConnId;

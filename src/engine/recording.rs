@@ -19,12 +19,14 @@ impl Engine {
         }
     }
 
-    /// Journals a new job `slot`: its put (a no-op unless journaling is on).
-    pub(super) fn record_put(&mut self, slot: JobSlot) {
+    /// Journals a new job `slot` put with `body`: its put (a no-op unless
+    /// journaling is on). The record shares the put's `body` rather than
+    /// copying the engine's: with `-b` the engine may not hold it at all.
+    pub(super) fn record_put(&mut self, slot: JobSlot, body: &Bytes) {
         if !self.config.journal {
             return;
         }
-        let image = self.image(slot, self.jobs.body_bytes(slot));
+        let image = self.image(slot, body.clone());
         let body = self.jobs.body_len(slot);
         let change = match &image.ext {
             None => Change::Put {

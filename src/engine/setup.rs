@@ -18,4 +18,8 @@ pub struct EngineConfig {
     /// `--max-jobs-size`: puts that would hold more than this many bytes of
     /// bodies in all answer OUT_OF_MEMORY.
     pub jobs_budget: Option<u64>,
+    /// The store keeps every body on disk (`-b`): the engine keeps only
+    /// the length of one longer than `bodies.rs`'s `INLINE`, and replies
+    /// naming such a job are filled outside it (`Engine::stored_len`).
+    pub bodies_in_store: bool,
 }

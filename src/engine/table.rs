@@ -265,9 +265,17 @@ impl JobTable {
         slot
     }
 
-    /// The body of the job in `slot`.
-    pub(super) fn body(&self, slot: JobSlot) -> &[u8] {
-        self.bodies.get(self[slot].body())
+    /// From now on, bodies longer than `inline` bytes are left to the store
+    /// (`bodies.rs`).
+    pub(super) fn leave_bodies_to_store(&mut self, inline: usize) {
+        self.bodies.leave_to_store(inline);
+    }
+
+    /// The length of the body of the job in `slot` if only the store keeps
+    /// it: a reply naming the job is filled outside the engine.
+    pub(super) fn stored_len(&self, slot: JobSlot) -> Option<usize> {
+        let body = self[slot].body();
+        body.is_stored().then(|| self.bodies.len(body))
     }
 
     /// The length of the body of the job in `slot`.
@@ -301,9 +309,11 @@ impl JobTable {
         self.bodies.bytes()
     }
 
-    /// A copy of the body of the job in `slot`, for a reply or a record.
+    /// A copy of the body of the job in `slot`, for a reply or a record;
+    /// empty if only the store keeps it ([`JobTable::stored_len`]).
     pub(super) fn body_bytes(&self, slot: JobSlot) -> bytes::Bytes {
-        bytes::Bytes::copy_from_slice(self.body(slot))
+        let body = self.bodies.get(self[slot].body());
+        body.map_or_else(bytes::Bytes::new, bytes::Bytes::copy_from_slice)
     }
 
     /// The `stats-job` counters of the job in `slot`.

@@ -212,7 +212,7 @@ fn job_json(j: &JobInfo) -> Map<String, Value> {
         "releases": j.counts.releases,
         "buries": j.counts.buries,
         "kicks": j.counts.kicks,
-        "size": j.body.len(),
+        "size": j.stored_len.unwrap_or(j.body.len()),
         "preview": preview,
     });
     match object {
@@ -304,7 +304,8 @@ async fn jobs(
     };
     let after = query.after.as_deref().map(parse_cursor).transpose()?;
     let page = app.read(|engine, now| engine.jobs_page(&name, state, after, limit, now))?;
-    let page = page.ok_or_else(|| ApiError::not_found("no such tube"))?;
+    let mut page = page.ok_or_else(|| ApiError::not_found("no such tube"))?;
+    app.fill_bodies(&mut page.jobs).await?;
     let jobs: Vec<Value> = page
         .jobs
         .iter()
@@ -322,6 +323,7 @@ async fn job(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
     let id = job_id(&raw)?;
     let info = app.read(|engine, now| engine.job_info(id, now))?;
     let info = info.ok_or_else(|| ApiError::not_found("no such job"))?;
+    let info = filled(&app, info).await?;
     let mut object = job_json(&info);
     if info.body.len() <= INLINE_BODY {
         let text = std::str::from_utf8(&info.body).ok();
@@ -338,11 +340,22 @@ async fn body(State(app): State<Arc<App>>, Path(raw): Path<String>) -> Reply {
     let id = job_id(&raw)?;
     let info = app.read(|engine, now| engine.job_info(id, now))?;
     let info = info.ok_or_else(|| ApiError::not_found("no such job"))?;
+    let info = filled(&app, info).await?;
     Ok((
         [(header::CONTENT_TYPE, "application/octet-stream")],
         info.body,
     )
         .into_response())
+}
+
+/// `info` with its body, read from the store if the engine left it there;
+/// 404 if the job was deleted meanwhile.
+async fn filled(app: &App, mut info: JobInfo) -> Result<JobInfo, ApiError> {
+    app.fill_bodies(std::slice::from_mut(&mut info)).await?;
+    match info.stored_len {
+        Some(len) if info.body.len() != len => Err(ApiError::not_found("no such job")),
+        _ => Ok(info),
+    }
 }
 
 /// The answer to a change: `value` unless the store failed to keep it.
@@ -535,7 +548,7 @@ async fn put(State(app): State<Arc<App>>, Path(raw): Path<String>, Json(put): Js
     let id = result?;
     if unstored {
         // Never acknowledged: take it back, as a put on the port would be.
-        app.read(|engine, _| engine.forget(id))?;
+        app.server()?.forget(id);
         return Err(ApiError::unstored());
     }
     Ok((StatusCode::CREATED, axum::Json(json!({ "id": id }))).into_response())

@@ -8,9 +8,9 @@ use std::sync::{Arc, OnceLock};
 use sprout_protocol::{JobId, TubeName};
 
 use crate::bridge;
-use crate::engine::{AdminError, Engine};
+use crate::engine::{AdminError, Engine, JobInfo};
 use crate::shared::{Shared, Submission};
-use crate::store;
+use crate::store::{self, Failed};
 
 use super::caller::Caller;
 use super::error::ApiError;
@@ -121,6 +121,38 @@ impl App {
         let id_bound = value.as_ref().map_or(0, |id| id + 1);
         let failed = !stored(shared, submission, id_bound).await?;
         Ok((value, failed))
+    }
+}
+
+impl App {
+    /// Fills the bodies of `jobs` that the engine leaves to the store
+    /// (`JobInfo::stored_len`), read off the async threads. A job deleted
+    /// since it was listed keeps an empty body; one whose body cannot be
+    /// read (a damaged store, logged with its id) fails the request.
+    pub async fn fill_bodies(&self, jobs: &mut [JobInfo]) -> Result<(), ApiError> {
+        let shared = self.server()?;
+        let cold: Vec<JobId> = (jobs.iter())
+            .filter(|j| j.stored_len.is_some() && j.body.is_empty())
+            .map(|j| j.id)
+            .collect();
+        let (Some(bodies), false) = (shared.store.bodies(), cold.is_empty()) else {
+            return Ok(());
+        };
+        let bodies = bodies.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let read = |&id: &JobId| (id, bodies.body(id));
+            cold.iter().map(read).collect::<Vec<_>>()
+        });
+        let read = read.await.map_err(|e| ApiError::internal(e.to_string()))?;
+        for (id, got) in read {
+            let job = jobs.iter_mut().find(|j| j.id == id).expect("a listed job");
+            match got {
+                Ok(body) => job.body = body,
+                Err(Failed::NotStored) => {}
+                Err(Failed::Damaged(why)) => return Err(ApiError::internal(why)),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -32,6 +32,11 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
     }
 
+    /// Something on the server side failed: a 500 that says what.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+
     /// The store failed to keep a change the engine made.
     pub fn unstored() -> ApiError {
         ApiError::new(

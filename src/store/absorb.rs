@@ -33,7 +33,7 @@ use tokio::sync::watch;
 
 use super::ballast::free_space;
 use super::blobs::Blobs;
-use super::body_cache::BodyCache;
+use super::body_read::Bodies;
 use super::log::Log;
 use super::page;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
@@ -91,8 +91,6 @@ pub struct Absorber {
     /// sled's log file, for `fdatasync`.
     pub file: File,
     pub blobs: Blobs,
-    /// Bodies of updated jobs, before their pages are read (`pack.rs`).
-    pub cache: Arc<BodyCache>,
     pub store_dir: PathBuf,
     pub stats: Arc<BinlogStats>,
     pub progress: Arc<watch::Sender<Progress>>,
@@ -105,6 +103,9 @@ pub struct Absorber {
     pub whole: Marker,
     /// Whether the last window waited for disk space.
     pub low_disk: bool,
+    /// The bodies pinned until sled holds them (`body_read.rs`); an
+    /// updated job's body, before its page is read (`pack.rs`).
+    pub bodies: Arc<Bodies>,
 }
 
 #[derive(Default)]
@@ -251,6 +252,10 @@ impl Absorber {
             let result = self.commit(&window.frames);
             if self.report(result) {
                 self.state.ids_below = window.ids_below;
+                // Not before: until sled holds them, the cache is the only
+                // place to read these bodies from.
+                let records = window.frames.iter().flat_map(|(_, records)| records);
+                self.bodies.absorbed(records);
             }
         }
         let absorbed = window.last_seq;
@@ -342,7 +347,7 @@ impl Absorber {
             Err(e) => Err(io::Error::from(e)),
         };
         let records = frames.iter().flat_map(|(_, records)| records);
-        let cached = |id| self.cache.get(id);
+        let cached = |id| self.bodies.cache.peek(id);
         let log = &mut self.state.log;
         let packed = pack::pack(log, records, usize::MAX, cached, old_page)?;
         let mut batch = ::sled::Batch::default();

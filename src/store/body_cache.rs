@@ -23,10 +23,9 @@
 //! never holds more than `max + pinned` (the model test at the end checks
 //! it, and that a lookup never returns another job's body).
 //!
-//! Nothing enters it before step 3: only bodies the engine no longer
-//! holds belong here (a copy of one the engine holds would be a memory
-//! regression), and until then the engine holds them all. Its figures are
-//! in `stats` already (`body-cache-*`), with `-b`.
+//! Only bodies the engine does not hold enter it (longer than
+//! `engine::INLINE_BODY`): a copy of one the engine holds would be held
+//! twice. Its figures are in `stats` (`body-cache-*`), with `-b`.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -80,9 +79,6 @@ pub struct BodyCache {
     stats: Arc<BinlogStats>,
 }
 
-// Step 3 (stored handles) and the connection's fill step are what call
-// these outside the tests; until then only `new` and the figures are used.
-#[allow(dead_code)]
 impl BodyCache {
     /// A cache of at most `max` charged bytes (pinned ones aside), whose
     /// figures go to `stats.body_cache`.
@@ -113,6 +109,16 @@ impl BodyCache {
             None => figures.misses.fetch_add(1, RELAXED),
         };
         body
+    }
+
+    /// The body of `id`, if held, for the store's own use: not counted as
+    /// a reply's hit or miss, and no use for CLOCK.
+    pub fn peek(&self, id: JobId) -> Option<Bytes> {
+        let ring = self.lock();
+        let &at = ring.index.get(&id)?;
+        ring.slots[at as usize]
+            .as_ref()
+            .map(|slot| slot.body.clone())
     }
 
     /// Holds `body` as job `id`'s, pinned if `pin` (a pinned entry stays

@@ -32,6 +32,7 @@ use super::directory::{Directory, Found};
 use super::page;
 use super::record;
 use super::slots::Slot;
+use crate::engine::{Record, INLINE_BODY};
 
 /// How many times a read whose page changed under it looks again.
 const RETRIES: u32 = 16;
@@ -153,9 +154,6 @@ pub struct Bodies {
     db: Mutex<Option<::sled::Db>>,
 }
 
-// The connection's fill step (issue 33, step 2's last part) and stored
-// handles (step 3) are what call this outside the tests.
-#[allow(dead_code)]
 impl Bodies {
     pub fn new(cache: Arc<BodyCache>, dir: Arc<Directory>, db: ::sled::Db) -> Bodies {
         Bodies {
@@ -163,6 +161,30 @@ impl Bodies {
             dir,
             db: Mutex::new(Some(db)),
         }
+    }
+
+    /// Records submitted to the store, in order: the body of each put the
+    /// engine leaves to the store is held, pinned, until sled takes it in
+    /// ([`Bodies::absorbed`]); a deleted job's body goes.
+    pub fn submitted(&self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Put(image) if image.body.len() > INLINE_BODY => {
+                    self.cache.put(image.id, image.body.clone(), true)
+                }
+                Record::Delete(id) => self.cache.remove(*id),
+                Record::Put(_) | Record::Update(_) => {}
+            }
+        }
+    }
+
+    /// Records sled now holds: their bodies may leave the cache.
+    pub fn absorbed<'a>(&self, records: impl IntoIterator<Item = &'a Record>) {
+        let puts = records.into_iter().filter_map(|record| match record {
+            Record::Put(image) if image.body.len() > INLINE_BODY => Some(image.id),
+            _ => None,
+        });
+        self.cache.unpin(puts);
     }
 
     /// Lets go of sled (the store is closing): reads fail from now on.
@@ -173,9 +195,20 @@ impl Bodies {
     /// Job `id`'s body. A damaged store's failure is counted
     /// (`body-cache-read-errors`) and logged with the job's id.
     pub fn body(&self, id: JobId) -> Result<Bytes, Failed> {
-        if let Some(body) = self.cache.get(id) {
-            return Ok(body);
+        match self.cached(id) {
+            Some(body) => Ok(body),
+            None => self.read(id),
         }
+    }
+
+    /// Job `id`'s body if the cache holds it (a hit or a miss counted).
+    pub fn cached(&self, id: JobId) -> Option<Bytes> {
+        self.cache.get(id)
+    }
+
+    /// Job `id`'s body read from its page (blocks; see the module docs),
+    /// then held in the cache. Failures as [`Bodies::body`]'s.
+    pub fn read(&self, id: JobId) -> Result<Bytes, Failed> {
         let db = self.db.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let read_page = |slot| match &db {
             Some(db) => db.get(page::page_key(slot)).map_err(io::Error::from),

@@ -60,8 +60,8 @@ pub struct Options {
 
 pub struct DurableStore {
     journal: Arc<Journal>,
-    /// Bodies the engine will not hold (issue 33, step 3), from the body
-    /// cache or read back from sled; the cache is empty until then.
+    /// The bodies the engine leaves to the store (longer than
+    /// `engine::INLINE_BODY`): from the body cache, or read back from sled.
     bodies: Arc<Bodies>,
 }
 
@@ -96,7 +96,12 @@ impl DurableStore {
         if !whole.present() {
             whole.needs(start.commit);
         }
+        let cache = BodyCache::new(options.body_cache_bytes, stats.clone());
+        let places = opened.absorb.log.directory();
+        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, db.clone()));
         if let Some((commit, records)) = opened.tail {
+            // Their bodies are in the journal alone until sled takes them.
+            bodies.submitted(&records);
             let _ = absorb_tx.send(Absorb::Frame {
                 commit,
                 last_seq: 0,
@@ -111,9 +116,6 @@ impl DurableStore {
             .map_or(start.current.number, |&(n, _)| n);
         stats.oldest_index.store(oldest, Ordering::Relaxed);
         let next_id = start.next_id;
-        let cache = BodyCache::new(options.body_cache_bytes, stats.clone());
-        let places = opened.absorb.log.directory();
-        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, db.clone()));
         let settings = Settings {
             policy: options.policy,
             dir: segment::dir(dir),
@@ -137,7 +139,6 @@ impl DurableStore {
             file: File::open(dir.join("db"))?,
             db,
             blobs: Blobs::new(dir),
-            cache: bodies.cache.clone(),
             store_dir: dir.clone(),
             stats,
             progress,
@@ -146,6 +147,7 @@ impl DurableStore {
             flushed: 0,
             whole,
             low_disk: false,
+            bodies: bodies.clone(),
         };
         spawn("sprout-store", move || absorber.run(absorb_rx))?;
         spawn("sprout-alloc", move || allocator.run(calls))?;
@@ -331,6 +333,8 @@ fn reopen_sled(db: ::sled::Db, options: &Options) -> io::Result<::sled::Db> {
 
 impl Store for DurableStore {
     fn submit(&self, records: Vec<Record>) -> Seq {
+        // Before the journal: the absorber unpins what it takes in.
+        self.bodies.submitted(&records);
         self.journal.submit(records)
     }
 
@@ -360,6 +364,14 @@ impl Store for DurableStore {
 
     fn oldest_file(&self) -> u64 {
         self.journal.stats.oldest_index.load(Ordering::Relaxed)
+    }
+
+    fn bodies(&self) -> Option<&Arc<Bodies>> {
+        Some(&self.bodies)
+    }
+
+    fn forget(&self, id: JobId) {
+        self.bodies.cache.remove(id);
     }
 
     fn close(&self) {

@@ -73,6 +73,7 @@ mod whole;
 // What cluster mode (`src/cluster/`) shares with the durable store: the
 // page log, kept in a stream instead of sled.
 pub use body_cache::DEFAULT_BYTES as DEFAULT_BODY_CACHE;
+pub(crate) use body_read::{Bodies, Failed};
 pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;
@@ -193,6 +194,15 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Where replies find the bodies the engine leaves to this store
+    /// (`Engine::stored_len`): `None` unless it keeps them (`-b`).
+    fn bodies(&self) -> Option<&Arc<Bodies>> {
+        None
+    }
+
+    /// Job `id`, whose put this store failed to keep, is forgotten.
+    fn forget(&self, _id: JobId) {}
+
     /// Writes and makes durable everything submitted (at shutdown).
     fn close(&self);
 }
@@ -237,6 +247,14 @@ impl<T: Store + ?Sized> Store for Arc<T> {
 
     fn put_of(&self, id: JobId) -> Option<Seq> {
         (**self).put_of(id)
+    }
+
+    fn bodies(&self) -> Option<&Arc<Bodies>> {
+        (**self).bodies()
+    }
+
+    fn forget(&self, id: JobId) {
+        (**self).forget(id)
     }
 
     fn close(&self) {

@@ -55,6 +55,7 @@ fn a_standby_failure_fails_only_its_own_writer() {
         journal: true,
         binlog: Default::default(),
         jobs_budget: None,
+        bodies_in_store: false,
     };
     let clock = Clock::new();
     let store = ClusterStore::new();

@@ -58,7 +58,7 @@ fn job_table_against_a_hash_map(reserved: usize) {
     for id in 1..next_id {
         assert_eq!(table.find(id), model.get(&id).copied(), "id {id}");
         if let Some(slot) = table.find(id) {
-            assert_eq!(table.body(slot), &table_body(id)[..], "body of {id}");
+            assert_eq!(table.body_bytes(slot), &table_body(id)[..], "body of {id}");
             assert_eq!(table.body_len(slot), table_body(id).len());
             assert_eq!(table.profile(slot), table_profile(id), "profile of {id}");
         }

@@ -9,6 +9,7 @@ mod ext_tests;
 mod internals;
 mod reserving;
 mod stats_tests;
+mod stored_bodies;
 mod tubes;
 
 use std::collections::{BTreeSet, HashMap};
@@ -39,6 +40,7 @@ pub(super) fn engine_with(journal: bool) -> Engine {
             journal,
             binlog: Default::default(),
             jobs_budget: None,
+            bodies_in_store: false,
         },
         0,
     )

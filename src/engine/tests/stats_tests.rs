@@ -11,6 +11,7 @@ fn stats_document() {
             journal: false,
             binlog: Default::default(),
             jobs_budget: None,
+            bodies_in_store: false,
         },
         7 * S,
     );

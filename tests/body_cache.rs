@@ -37,8 +37,7 @@ fn stats_end_with_the_body_cache_keys_with_b_only() {
     // before.
     assert_eq!(stats[stats.len() - 6].0, "platform");
     assert_eq!(lookup(&stats, "body-cache-max-bytes"), "67108864");
-    // Nothing is kept only on disk yet: the engine holds every body, and
-    // the cache holds none of them twice.
+    // A body this short stays in the engine: the cache holds none of it.
     for key in ["body-cache-bytes", "body-cache-hits", "body-cache-misses"] {
         assert_eq!(lookup(&stats, key), "0", "{key}");
     }

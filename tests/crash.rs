@@ -132,3 +132,13 @@ fn acknowledged_work_survives_sigkill_under_the_default_policy() {
 fn acknowledged_work_survives_sigkill_under_no_fsync() {
     stress("acknowledged_work_survives_sigkill_under_no_fsync", &["-F"]);
 }
+
+/// Every body longer than the engine's inline limit read back from sled
+/// (issue 33): nothing stays in the body cache once sled holds it.
+#[test]
+fn acknowledged_work_survives_sigkill_with_bodies_read_from_the_disk() {
+    stress(
+        "acknowledged_work_survives_sigkill_with_bodies_read_from_the_disk",
+        &["--body-cache", "0"],
+    );
+}

@@ -91,6 +91,10 @@ struct Args {
     /// The server's address.
     #[arg(long, default_value = "127.0.0.1:11300")]
     addr: String,
+    /// Drain only: the tube holds `--jobs` jobs already (a `-b` server
+    /// restarted on a filled store, its bodies cold); drain them.
+    #[arg(long)]
+    no_fill: bool,
     /// Connections (put, drain, fill).
     #[arg(long, default_value_t = 50)]
     conns: usize,
@@ -237,7 +241,10 @@ async fn run(args: Args) -> Fallible<String> {
         }
         Scenario::Drain => {
             report.number("conns", args.conns as u64);
-            let conns = run_all(conns, producers(&plan, args.conns), args.window).await?;
+            let conns = match args.no_fill {
+                true => conns,
+                false => run_all(conns, producers(&plan, args.conns), args.window).await?,
+            };
             let before = probe.sample()?;
             let start = Instant::now();
             let consumers = (0..args.conns).map(|_| Consumer::new(Until::Empty, &plan));
@@ -251,6 +258,9 @@ async fn run(args: Args) -> Fallible<String> {
                 ));
             }
             report.timed(drained, elapsed, &probe, before)?;
+            // Here "latency" is each reserve's round trip.
+            let mut waits: Vec<i64> = consumers.into_iter().flat_map(|(_, c)| c.waits).collect();
+            report.lateness(&mut waits);
         }
         Scenario::Pingpong | Scenario::Delayed => {
             report.number("producers", args.producers as u64);
@@ -732,7 +742,8 @@ enum Until {
 }
 
 enum Sent {
-    Reserve,
+    /// A reserve, sent at this moment.
+    Reserve(Instant),
     Delete,
 }
 
@@ -747,6 +758,8 @@ struct Consumer {
     deleted: u64,
     /// Nanoseconds from each stamped job's ready time to its reserve.
     lateness: Vec<i64>,
+    /// Nanoseconds from sending each reserve that got a job to its answer.
+    waits: Vec<i64>,
     last_reserve: Option<Instant>,
 }
 
@@ -760,6 +773,7 @@ impl Consumer {
             deletes: Vec::new(),
             deleted: 0,
             lateness: Vec::new(),
+            waits: Vec::new(),
             last_reserve: None,
         }
     }
@@ -783,16 +797,17 @@ impl Work for Consumer {
             _ => return Next::Done,
         };
         encode_command(&Command::ReserveWithTimeout(timeout), buf);
-        Next::Send(Sent::Reserve)
+        Next::Send(Sent::Reserve(Instant::now()))
     }
 
     fn reply(&mut self, sent: Sent, reply: Response) -> Fallible<()> {
-        if let Sent::Reserve = sent {
+        if let Sent::Reserve(_) = sent {
             self.blocked = false;
         }
         match (sent, reply) {
-            (Sent::Reserve, Response::Reserved { id, body }) => {
+            (Sent::Reserve(sent), Response::Reserved { id, body }) => {
                 let now = Instant::now();
+                self.waits.push(now.duration_since(sent).as_nanos() as i64);
                 if self.plan.stamped {
                     let stamp = std::str::from_utf8(&body[..STAMP_LEN.min(body.len())])
                         .ok()
@@ -806,7 +821,7 @@ impl Work for Consumer {
                 self.deletes.push(id);
                 Ok(())
             }
-            (Sent::Reserve, Response::TimedOut) => {
+            (Sent::Reserve(_), Response::TimedOut) => {
                 self.stopped = self.until == Until::Empty;
                 Ok(())
             }
@@ -814,7 +829,7 @@ impl Work for Consumer {
                 self.deleted += 1;
                 Ok(())
             }
-            (Sent::Reserve, other) => Err(format!("reserve: expected RESERVED, got {other:?}")),
+            (Sent::Reserve(_), other) => Err(format!("reserve: expected RESERVED, got {other:?}")),
             (Sent::Delete, other) => Err(format!("delete: expected DELETED, got {other:?}")),
         }
     }

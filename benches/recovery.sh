@@ -9,25 +9,36 @@
 # included), its RSS then and the directory's size. The machine is shared:
 # the CPU time is the figure other work moves least.
 #
-# Usage: benches/recovery.sh [--jobs N] [--rounds R] [--out FILE] CMD...
+# With --drain, the restarted server is then drained (`load drain --no-fill`,
+# 50 connections, one command in flight each): every body is cold (with
+# `-b`, sprout reads it back from the disk), and the reserve round trip's
+# p50/p99/max is reported beside the drain's rate.
+#
+# Usage: benches/recovery.sh [--jobs N] [--rounds R] [--size B] [--drain] [--out FILE] CMD...
 #   CMD       a server taking beanstalkd's `-l ADDR -p PORT -b DIR` (quote
 #             extra flags with it: 'sprout -f 0'); the first is the baseline
 #             of the ratios. Default: this tree's release sprout,
 #             beanstalkd 1.12 (/usr/bin/beanstalkd).
 #   --jobs    jobs held at the kill (default 1,000,000)
 #   --rounds  rounds of every server in turn (default 3)
+#   --size    body bytes (default 100)
+#   --drain   drain the restarted server, timing each reserve
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 jobs=1000000
 rounds=3
+size=100
+drain=false
 out=""
 cmds=()
 while (($#)); do
     case $1 in
         --jobs) jobs=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
+        --size) size=$2; shift 2 ;;
+        --drain) drain=true; shift ;;
         --out) out=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "recovery.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -54,13 +65,13 @@ for round in $(seq "$rounds"); do
         cmd=${cmds[$side]}
         rm -rf "$work/data" && mkdir -p "$work/data"
         start_server "$cmd" -b "$work/data"
-        "$load" fill --conns 50 --jobs "$jobs" --addr "127.0.0.1:$port" --pid "$server_pid" >/dev/null
+        "$load" fill --conns 50 --jobs "$jobs" --size "$size" --addr "127.0.0.1:$port" --pid "$server_pid" >/dev/null
         stop_server KILL
         port=$(free_port)
         # Started and timed by Python, so the clock starts at exec.
-        python3 - "$cmd" "$port" "$work/data" "$jobs" "$side" "$round" >>"$out" <<'PY'
+        python3 - "$cmd" "$port" "$work/data" "$jobs" "$side" "$round" "$drain" "$load" >>"$out" <<'PY'
 import json, os, shlex, socket, subprocess, sys, time
-cmd, port, data, jobs, side, round_ = sys.argv[1:]
+cmd, port, data, jobs, side, round_, drain, load = sys.argv[1:]
 argv = shlex.split(cmd) + ["-l", "127.0.0.1", "-p", port, "-b", data]
 start = time.monotonic()
 server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -93,9 +104,16 @@ stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 rss = next(int(l.split()[1]) for l in open(f"/proc/{server.pid}/status") if l.startswith("VmRSS:"))
 disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
+row = {"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "lost": int(jobs) - ready, "rss_kb": rss, "disk": disk}
+if drain == "true":
+    out = subprocess.run([load, "drain", "--no-fill", "--conns", "50", "--window", "1", "--jobs", str(ready),
+                          "--addr", f"127.0.0.1:{port}", "--pid", str(server.pid)],
+                         check=True, capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    row.update({k: got[k] for k in ("jobs_per_sec", "latency_us_p50", "latency_us_p99", "latency_us_max")})
 server.kill()
 server.wait()
-print(json.dumps({"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "lost": int(jobs) - ready, "rss_kb": rss, "disk": disk}))
+print(json.dumps(row))
 PY
         printf '.' >&2
     done
@@ -111,8 +129,10 @@ for r in runs:
     by.setdefault(r["side"], {})[r["round"]] = r
 base = by[0]
 print(f"{len(base)} rounds; recovery = exec until `stats` first answers; ratio to the first server per round (min–max)\n")
-print("| server | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB | jobs lost |")
-print("|---|---:|---|---:|---|---:|---:|---:|")
+drained = all("jobs_per_sec" in r for r in runs)
+extra = " cold drain jobs/s | reserve µs p50 / p99 / max |" if drained else ""
+print("| server | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB | jobs lost |" + extra)
+print("|---|---:|---|---:|---|---:|---:|---:|" + ("---:|---|" if drained else ""))
 for side, cmd in enumerate(cmds):
     rs = by.get(side, {})
     secs = [r["secs"] for r in rs.values()]
@@ -125,5 +145,9 @@ for side, cmd in enumerate(cmds):
           f"| {ratio('cpu')} "
           f"| {statistics.median(r['rss_kb'] for r in rs.values()) / 1024:.0f} "
           f"| {statistics.median(r['disk'] for r in rs.values()) / 2**20:.0f} "
-          f"| {'/'.join(str(r['lost']) for r in rs.values())} |")
+          f"| {'/'.join(str(r['lost']) for r in rs.values())} |"
+          + (f" {statistics.median(r['jobs_per_sec'] for r in rs.values()):,.0f} "
+             f"| {statistics.median(r['latency_us_p50'] for r in rs.values()):.0f} / "
+             f"{statistics.median(r['latency_us_p99'] for r in rs.values()):.0f} / "
+             f"{max(r['latency_us_max'] for r in rs.values()):.0f} |" if drained else ""))
 EOF

@@ -39,6 +39,9 @@ use crate::binlog_stats::BinlogStats;
 /// 48 bytes), its map entry and the map's slack.
 pub const ENTRY_CHARGE: u64 = 96;
 
+/// How many bodies [`BodyCache::unpin`] unpins per hold of the lock.
+const UNPIN_AT_ONCE: usize = 256;
+
 /// `--body-cache`'s default.
 pub const DEFAULT_BYTES: u64 = 64 << 20;
 
@@ -129,14 +132,19 @@ impl BodyCache {
         self.publish(&mut ring);
     }
 
-    /// Makes the bodies of `ids` evictable (sled holds them now).
+    /// Makes the bodies of `ids` evictable (sled holds them now), a few
+    /// at a time: the absorber unpins a whole batch of puts, and every put
+    /// takes this lock under the engine's.
     pub fn unpin(&self, ids: impl IntoIterator<Item = JobId>) {
-        let mut ring = self.lock();
-        for id in ids {
-            ring.unpin(id);
+        let mut ids = ids.into_iter().peekable();
+        while ids.peek().is_some() {
+            let mut ring = self.lock();
+            for id in ids.by_ref().take(UNPIN_AT_ONCE) {
+                ring.unpin(id);
+            }
+            ring.evict();
+            self.publish(&mut ring);
         }
-        ring.evict();
-        self.publish(&mut ring);
     }
 
     /// Drops the body of `id` (the job was deleted).

@@ -48,12 +48,16 @@ pub fn from_cache(engine: &Engine, bodies: Option<&Arc<Bodies>>, response: &mut 
     };
     let mut cold = Cold::new();
     each_job(response, |id, body| {
-        let Some(len) = engine.stored_len(id).filter(|_| body.is_empty()) else {
+        if !body.is_empty() {
             return;
-        };
-        match bodies.cached(id) {
-            Some(cached) if cached.len() == len => *body = cached,
-            _ => cold.push((id, len)),
+        }
+        // Only bodies the engine left to the store enter the cache, so a
+        // hit needs no word from the engine (nor the job table's lookup).
+        if let Some(cached) = bodies.cached(id) {
+            *body = cached;
+        } else if let Some(len) = engine.stored_len(id) {
+            bodies.cache.missed();
+            cold.push((id, len));
         }
     });
     cold

@@ -30,10 +30,12 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
-use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
 use crate::binlog_stats::BinlogStats;
+
+mod index;
+use index::Index;
 
 /// What an entry costs beyond its body: its slot (id, `Bytes`, bits:
 /// 48 bytes), its map entry and the map's slack.
@@ -66,7 +68,7 @@ fn charge(body: &Bytes) -> u64 {
 /// The ring, under the cache's lock.
 #[derive(Default)]
 struct Ring {
-    index: FxHashMap<JobId, u32>,
+    index: Index,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     hand: usize,
@@ -105,20 +107,33 @@ impl BodyCache {
 
     /// The body of `id`, if held (counted as a hit or a miss).
     pub fn get(&self, id: JobId) -> Option<Bytes> {
-        let body = self.lock().get(id);
-        let figures = &self.stats.body_cache;
-        match body {
-            Some(_) => figures.hits.fetch_add(1, RELAXED),
-            None => figures.misses.fetch_add(1, RELAXED),
-        };
+        let body = self.find(id);
+        if body.is_none() {
+            self.missed();
+        }
         body
+    }
+
+    /// The body of `id`, if held: counted as a hit, but a miss is the
+    /// caller's to count ([`BodyCache::missed`]), if it was one.
+    pub fn find(&self, id: JobId) -> Option<Bytes> {
+        let body = self.lock().get(id);
+        if body.is_some() {
+            self.stats.body_cache.hits.fetch_add(1, RELAXED);
+        }
+        body
+    }
+
+    /// Counts a miss.
+    pub fn missed(&self) {
+        self.stats.body_cache.misses.fetch_add(1, RELAXED);
     }
 
     /// The body of `id`, if held, for the store's own use: not counted as
     /// a reply's hit or miss, and no use for CLOCK.
     pub fn peek(&self, id: JobId) -> Option<Bytes> {
         let ring = self.lock();
-        let &at = ring.index.get(&id)?;
+        let at = ring.index.get(id)?;
         ring.slots[at as usize]
             .as_ref()
             .map(|slot| slot.body.clone())
@@ -186,7 +201,7 @@ const RELAXED: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxe
 
 impl Ring {
     fn get(&mut self, id: JobId) -> Option<Bytes> {
-        let at = *self.index.get(&id)?;
+        let at = self.index.get(id)?;
         let slot = self.slots[at as usize]
             .as_mut()
             .expect("indexed slots hold");
@@ -196,7 +211,9 @@ impl Ring {
     }
 
     fn put(&mut self, id: JobId, body: Bytes, pin: bool) {
-        let was_pinned = self.remove(id).is_some_and(|slot| slot.pinned);
+        // Held already only if read back while it was being put again
+        // (recovery's tail): rare, so a miss here is the common case.
+        let was_pinned = self.index.contains(id) && self.remove(id).is_some_and(|s| s.pinned);
         let pinned = pin || was_pinned;
         // An unpinned body larger than the whole cache would only evict
         // everything else, then itself.
@@ -228,7 +245,7 @@ impl Ring {
     }
 
     fn unpin(&mut self, id: JobId) {
-        let Some(&at) = self.index.get(&id) else {
+        let Some(at) = self.index.get(id) else {
             return;
         };
         let slot = self.slots[at as usize]
@@ -241,7 +258,7 @@ impl Ring {
     }
 
     fn remove(&mut self, id: JobId) -> Option<Slot> {
-        let at = self.index.remove(&id)?;
+        let at = self.index.remove(id)?;
         let slot = self.slots[at as usize].take().expect("indexed slots hold");
         self.bytes -= slot.charge();
         if slot.pinned {
@@ -292,7 +309,7 @@ impl Ring {
         }
         self.slots.shrink_to(2 * self.slots.len());
         self.free.shrink_to_fit();
-        self.index.shrink_to(2 * self.index.len());
+        self.index.shrink();
     }
 }
 

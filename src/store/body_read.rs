@@ -195,15 +195,16 @@ impl Bodies {
     /// Job `id`'s body. A damaged store's failure is counted
     /// (`body-cache-read-errors`) and logged with the job's id.
     pub fn body(&self, id: JobId) -> Result<Bytes, Failed> {
-        match self.cached(id) {
+        match self.cache.get(id) {
             Some(body) => Ok(body),
             None => self.read(id),
         }
     }
 
-    /// Job `id`'s body if the cache holds it (a hit or a miss counted).
+    /// Job `id`'s body if the cache holds it (a hit counted; a miss is
+    /// the caller's to count, `BodyCache::missed`).
     pub fn cached(&self, id: JobId) -> Option<Bytes> {
-        self.cache.get(id)
+        self.cache.find(id)
     }
 
     /// Job `id`'s body read from its page (blocks; see the module docs),

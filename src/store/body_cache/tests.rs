@@ -59,7 +59,7 @@ fn check(cache: &BodyCache, model: &Model, max: u64) {
     assert_eq!(cache.stats.body_cache.bytes.load(RELAXED), bytes);
     let ring = cache.lock();
     let mut counted = 0;
-    for (&id, &at) in &ring.index {
+    for (id, at) in ring.index.iter() {
         let slot = ring.slots[at as usize]
             .as_ref()
             .expect("indexed slots hold");
@@ -69,7 +69,7 @@ fn check(cache: &BodyCache, model: &Model, max: u64) {
     }
     assert_eq!(counted, bytes);
     for id in &model.pinned {
-        assert!(ring.index.contains_key(id), "pinned job {id} evicted");
+        assert!(ring.index.contains(*id), "pinned job {id} evicted");
     }
 }
 
@@ -180,7 +180,7 @@ fn the_ring_gives_its_room_back() {
     let ring = cache.lock();
     assert!(ring.slots.len() < 100, "{} slots", ring.slots.len());
     assert_eq!(ring.index.len(), 10);
-    for (&id, &at) in &ring.index {
+    for (id, at) in ring.index.iter() {
         assert_eq!(ring.slots[at as usize].as_ref().unwrap().id, id);
     }
 }

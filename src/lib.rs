@@ -37,7 +37,8 @@
 //! * `shared`: the engine under one short lock, with the store its records
 //!   go to and the mailboxes of connections blocked in `reserve`; `timer`:
 //!   the one thread that fires what is due.
-//! * `connection`: one client, from bytes in to bytes out.
+//! * `connection`: one client, from bytes in to bytes out; `fill`: the
+//!   bodies its replies need that, with `-b`, only the store keeps.
 //! * [`http`]: the `--http` side port (metrics, health, admin API,
 //!   dashboard). [`bridge`]: the Redis TTL bridge, embedded or its own
 //!   process (`sprout bridge`).
@@ -97,7 +98,9 @@
 //!    answers whose records the store failed to write into errors:
 //!    `INSERTED` becomes `OUT_OF_MEMORY` (the job is dropped,
 //!    `Engine::forget`); a delete, bury, release or kick becomes
-//!    `INTERNAL_ERROR`.
+//!    `INTERNAL_ERROR`. With `-b` a body longer than 32 bytes is the
+//!    store's alone: the body cache filled it under the lock, or `fill.rs`
+//!    reads it back from sled now (issue 33).
 //!
 //! # Where things are decided
 //!

@@ -72,22 +72,34 @@ pub async fn from_disk(bodies: &Arc<Bodies>, replies: Vec<(&mut Response, Cold)>
     // their pages are.
     wanted.sort_unstable();
     wanted.dedup();
-    let reader = bodies.clone();
-    let read = tokio::task::spawn_blocking(move || {
-        let read = |&(id, len): &(JobId, usize)| (id, checked(reader.read(id), id, len));
-        wanted.iter().map(read).collect::<Vec<_>>()
-    })
-    .await;
-    let read = match read {
+    let ids = wanted.iter().map(|&(id, _)| id).collect();
+    // Not `Bodies::body`: the cache missed these already, and said so.
+    let read = match off_thread(bodies, ids, Bodies::read).await {
         Ok(read) => read,
         Err(e) => {
             tracing::error!("reading bodies back from the store failed: {e}");
             Vec::new()
         }
     };
+    // In `wanted`'s order: by id.
+    let read: Vec<_> = (read.into_iter().zip(&wanted))
+        .map(|((id, got), &(_, len))| (id, checked(got, id, len)))
+        .collect();
     for (response, cold) in replies {
         fill(response, &cold, &read);
     }
+}
+
+/// Each of `ids` with its body, as `read` gets it from `bodies`, on a
+/// blocking thread (reads block, `body_read.rs`), in `ids`' order.
+pub async fn off_thread(
+    bodies: &Arc<Bodies>,
+    ids: Vec<JobId>,
+    read: fn(&Bodies, JobId) -> Result<Bytes, Failed>,
+) -> Result<Vec<(JobId, Result<Bytes, Failed>)>, tokio::task::JoinError> {
+    let bodies = bodies.clone();
+    tokio::task::spawn_blocking(move || ids.iter().map(|&id| (id, read(&bodies, id))).collect())
+        .await
 }
 
 /// The body `got` for job `id`, if it is as long as the engine says.
@@ -108,7 +120,11 @@ fn checked(got: Result<Bytes, Failed>, id: JobId, len: usize) -> Result<Bytes, F
 /// Puts the bodies `read` into `response`'s `cold` jobs, or turns it into
 /// the error a body that cannot be read calls for.
 fn fill(response: &mut Response, cold: &Cold, read: &[(JobId, Result<Bytes, Failed>)]) {
-    let found = |id: JobId| read.iter().find(|(got, _)| *got == id).map(|(_, r)| r);
+    // `read` is in id order (`from_disk`).
+    let found = |id: JobId| {
+        let at = read.binary_search_by_key(&id, |(got, _)| *got).ok()?;
+        Some(&read[at].1)
+    };
     let mut failed = None;
     each_job(response, |id, body| {
         if !cold.iter().any(|&(c, _)| c == id) {

@@ -9,8 +9,9 @@ use sprout_protocol::{JobId, TubeName};
 
 use crate::bridge;
 use crate::engine::{AdminError, Engine, JobInfo};
+use crate::fill;
 use crate::shared::{Shared, Submission};
-use crate::store::{self, Failed};
+use crate::store::{self, Bodies, Failed};
 
 use super::caller::Caller;
 use super::error::ApiError;
@@ -138,12 +139,8 @@ impl App {
         let (Some(bodies), false) = (shared.store.bodies(), cold.is_empty()) else {
             return Ok(());
         };
-        let bodies = bodies.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            let read = |&id: &JobId| (id, bodies.body(id));
-            cold.iter().map(read).collect::<Vec<_>>()
-        });
-        let read = read.await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let read = fill::off_thread(bodies, cold, Bodies::body).await;
+        let read = read.map_err(|e| ApiError::internal(e.to_string()))?;
         for (id, got) in read {
             let job = jobs.iter_mut().find(|j| j.id == id).expect("a listed job");
             match got {

@@ -294,12 +294,28 @@ impl RedisCluster {
         replica
     }
 
-    /// Waits until the first node names the node at `port` a master.
+    /// Waits until the first node names the node at `port` a master, and
+    /// every master says the cluster is up again: a master that has not
+    /// heard of the promotion yet refuses writes with CLUSTERDOWN (seen in
+    /// CI, bridge_failover).
     pub fn wait_promoted(&self, port: u16) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.masters().contains(&port) {
             assert!(Instant::now() < deadline, "{port} was never promoted");
             thread::sleep(Duration::from_millis(10));
+        }
+        for master in self.masters() {
+            let node = self.node(master);
+            while !node
+                .run::<String>(&["CLUSTER", "INFO"])
+                .contains("cluster_state:ok")
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "{master} never said the cluster is up"
+                );
+                thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 

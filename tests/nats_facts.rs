@@ -50,7 +50,31 @@ async fn setup(
     if started.elapsed() > Duration::from_secs(1) {
         eprintln!("create stream {name} took {:?}", started.elapsed());
     }
+    listening(&client, name).await;
     Some((cluster, client, stream))
+}
+
+/// Waits until the server `client` talks to routes `name.>` to the new
+/// stream: until then a publish is answered "503 no responders" (seen in
+/// CI on a loaded machine). The probe expects a last sequence the stream
+/// cannot have, so it is refused once heard and stores nothing: the
+/// tests' sequence numbers stay as they expect.
+async fn listening(client: &Client, name: &str) {
+    let started = Instant::now();
+    let mut probe = HeaderMap::new();
+    probe.insert("Nats-Expected-Last-Sequence", "999999999");
+    loop {
+        let reply = client
+            .request_with_headers(format!("{name}.probe"), probe.clone(), "".into())
+            .await;
+        match reply {
+            Ok(m) if m.status.is_none() => return,
+            _ if started.elapsed() > Duration::from_secs(30) => {
+                panic!("stream {name} not listening after 30 s: {reply:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
 }
 
 /// One message of a raw batch: subject, extra headers, payload.

@@ -247,15 +247,18 @@ impl Journal {
         seq
     }
 
-    /// Writes whatever is queued, unless someone else is writing (then
-    /// says so: their progress report will follow).
+    /// Writes whatever is queued, unless someone else is writing; true if
+    /// it wrote (and reported) something. False when another writer holds
+    /// the writer, or took the queue and has yet to report (it reports
+    /// after letting go of the writer): either way a report follows, and a
+    /// caller that looped instead of waiting for it spun meanwhile (seen
+    /// under valgrind: 7 times a drain's instructions).
     pub fn write_out(&self) -> bool {
         match self.writer.try_lock() {
             Ok(writer) => self.write_held(writer),
-            Err(std::sync::TryLockError::WouldBlock) => return false,
+            Err(std::sync::TryLockError::WouldBlock) => false,
             Err(std::sync::TryLockError::Poisoned(e)) => self.write_held(e.into_inner()),
         }
-        true
     }
 
     /// Writes whatever is queued, waiting for the writer (the keeper's way).
@@ -267,7 +270,8 @@ impl Journal {
     /// tells the replies waiting. (Waking them with the writer held would
     /// keep every other connection from writing meanwhile: a thread
     /// descheduled while holding it stalls them all.)
-    fn write_held(&self, mut w: MutexGuard<'_, Writer>) {
+    /// Returns whether it wrote (or failed) anything.
+    fn write_held(&self, mut w: MutexGuard<'_, Writer>) -> bool {
         let before = w.written;
         self.write_queued(&mut w);
         let written = w.written;
@@ -275,6 +279,7 @@ impl Journal {
         if written != before {
             self.published(written);
         }
+        written != before
     }
 
     /// Reports submissions up to `written` written.

@@ -161,8 +161,9 @@ pub trait Store: Send + Sync {
     /// Whether replies wait until their records are synced (`-f 0`).
     fn replies_wait_for_sync(&self) -> bool;
 
-    /// Writes what is queued now, for the caller's reply; false if someone
-    /// else is writing (their progress report follows).
+    /// Writes what is queued now, for the caller's reply; true if it wrote
+    /// and reported something, false if someone else is writing or has
+    /// written (their progress report follows: wait for it).
     fn write_out(&self) -> bool;
 
     /// Asks for a sync soon.

@@ -41,11 +41,20 @@ use index::Index;
 /// 48 bytes), its map entry and the map's slack.
 pub const ENTRY_CHARGE: u64 = 96;
 
-/// How many bodies [`BodyCache::unpin`] unpins per hold of the lock.
-const UNPIN_AT_ONCE: usize = 256;
+/// How many changes [`BodyCache::settle`] makes per hold of the lock.
+const SETTLE_AT_ONCE: usize = 256;
 
 /// `--body-cache`'s default.
 pub const DEFAULT_BYTES: u64 = 64 << 20;
+
+/// What sled taking a record in means for the cache
+/// ([`BodyCache::settle`]).
+pub enum Settle {
+    /// A put's body may be evicted now.
+    Unpin(JobId),
+    /// A deleted job's body goes.
+    Remove(JobId),
+}
 
 struct Slot {
     id: JobId,
@@ -147,18 +156,40 @@ impl BodyCache {
         self.publish(&mut ring);
     }
 
-    /// Makes the bodies of `ids` evictable (sled holds them now), a few
-    /// at a time: the absorber unpins a whole batch of puts, and every put
-    /// takes this lock under the engine's.
-    pub fn unpin(&self, ids: impl IntoIterator<Item = JobId>) {
-        let mut ids = ids.into_iter().peekable();
-        while ids.peek().is_some() {
+    /// Holds each of `bodies` as its job's, pinned until [`Settle::Unpin`],
+    /// under one hold of the lock (a submission's puts; see
+    /// [`BodyCache::put`]).
+    pub fn pin(&self, bodies: impl IntoIterator<Item = (JobId, Bytes)>) {
+        let mut bodies = bodies.into_iter().peekable();
+        if bodies.peek().is_none() {
+            return;
+        }
+        let mut ring = self.lock();
+        for (id, body) in bodies {
+            ring.put(id, body, true);
+        }
+        self.publish(&mut ring);
+    }
+
+    /// Makes the changes sled's taking records in calls for, a few at a
+    /// time: the absorber settles a whole batch, and every put takes this
+    /// lock under the engine's. The bodies removed are let go of after the
+    /// lock is released.
+    pub fn settle(&self, changes: impl IntoIterator<Item = Settle>) {
+        let mut changes = changes.into_iter().peekable();
+        let mut gone = Vec::new();
+        while changes.peek().is_some() {
             let mut ring = self.lock();
-            for id in ids.by_ref().take(UNPIN_AT_ONCE) {
-                ring.unpin(id);
+            for change in changes.by_ref().take(SETTLE_AT_ONCE) {
+                match change {
+                    Settle::Unpin(id) => ring.unpin(id),
+                    Settle::Remove(id) => gone.extend(ring.remove(id)),
+                }
             }
             ring.evict();
             self.publish(&mut ring);
+            drop(ring);
+            gone.clear();
         }
     }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sprout_protocol::JobId;
 
-use super::body_cache::BodyCache;
+use super::body_cache::{BodyCache, Settle};
 use super::directory::{Directory, Found};
 use super::page;
 use super::record;
@@ -163,28 +163,33 @@ impl Bodies {
         }
     }
 
-    /// Records submitted to the store, in order: the body of each put the
-    /// engine leaves to the store is held, pinned, until sled takes it in
-    /// ([`Bodies::absorbed`]); a deleted job's body goes.
+    /// Records submitted to the store, in order (under the engine lock):
+    /// the body of each put the engine leaves to the store is held, pinned,
+    /// until sled takes it in ([`Bodies::absorbed`]).
     pub fn submitted(&self, records: &[Record]) {
-        for record in records {
-            match record {
+        self.cache
+            .pin(records.iter().filter_map(|record| match record {
                 Record::Put(image) if image.body.len() > INLINE_BODY => {
-                    self.cache.put(image.id, image.body.clone(), true)
+                    Some((image.id, image.body.clone()))
                 }
-                Record::Delete(id) => self.cache.remove(*id),
-                Record::Put(_) | Record::Update(_) => {}
-            }
-        }
+                _ => None,
+            }));
     }
 
-    /// Records sled now holds: their bodies may leave the cache.
+    /// Records sled now holds: their bodies may leave the cache, and a
+    /// deleted job's body goes. Deletes are settled here, on the store's
+    /// thread, not when submitted: letting go of a body (two frees) under
+    /// the engine lock made every delete hold up every connection
+    /// (issue 33: drain 0.90x). Until then the cache may hold a deleted
+    /// job's body, which nothing asks for: the engine answers for a
+    /// deleted job without it, and ids are never reused.
     pub fn absorbed<'a>(&self, records: impl IntoIterator<Item = &'a Record>) {
-        let puts = records.into_iter().filter_map(|record| match record {
-            Record::Put(image) if image.body.len() > INLINE_BODY => Some(image.id),
-            _ => None,
+        let changes = records.into_iter().filter_map(|record| match record {
+            Record::Put(image) if image.body.len() > INLINE_BODY => Some(Settle::Unpin(image.id)),
+            Record::Delete(id) => Some(Settle::Remove(*id)),
+            Record::Put(_) | Record::Update(_) => None,
         });
-        self.cache.unpin(puts);
+        self.cache.settle(changes);
     }
 
     /// Lets go of sled (the store is closing): reads fail from now on.

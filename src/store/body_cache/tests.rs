@@ -12,9 +12,14 @@ use super::*;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Put { id: JobId, len: usize, pin: bool },
+    Put {
+        id: JobId,
+        len: usize,
+        pin: bool,
+    },
     Get(JobId),
-    Unpin(Vec<JobId>),
+    /// Each job unpinned, or removed if true (as sled takes records in).
+    Settle(Vec<(JobId, bool)>),
     Remove(JobId),
     Resize(u64),
 }
@@ -24,7 +29,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (id.clone(), 0..600usize, any::<bool>()).prop_map(|(id, len, pin)| Op::Put { id, len, pin }),
         4 => id.clone().prop_map(Op::Get),
-        2 => proptest::collection::vec(id.clone(), 0..6).prop_map(Op::Unpin),
+        2 => proptest::collection::vec((id.clone(), any::<bool>()), 0..6).prop_map(Op::Settle),
         2 => id.prop_map(Op::Remove),
         1 => (0..4000u64).prop_map(Op::Resize),
     ]
@@ -93,11 +98,18 @@ fn run(ops: Vec<Op>, max: u64) {
                     assert_eq!(Some(&got), model.bodies.get(&id), "job {id}");
                 }
             }
-            Op::Unpin(ids) => {
-                for id in &ids {
-                    model.pinned.remove(id);
+            Op::Settle(changes) => {
+                for &(id, remove) in &changes {
+                    model.pinned.remove(&id);
+                    if remove {
+                        model.bodies.remove(&id);
+                    }
                 }
-                cache.unpin(ids);
+                let changes = changes.iter().map(|&(id, remove)| match remove {
+                    true => Settle::Remove(id),
+                    false => Settle::Unpin(id),
+                });
+                cache.settle(changes);
             }
             Op::Remove(id) => {
                 cache.remove(id);
@@ -160,7 +172,7 @@ fn pinned_bodies_stay_past_the_bound_until_unpinned() {
     // An unpinned body too large for the cache is not kept at all.
     cache.put(9, body(9, 0, 1000), false);
     assert_eq!(cache.get(9), None);
-    cache.unpin(1..=5);
+    cache.settle((1..=5).map(Settle::Unpin));
     assert_eq!(cache.sizes(), (each, 0));
     // A body put again unpinned keeps its pin.
     cache.put(7, body(7, 0, 100), true);

@@ -172,6 +172,10 @@ k=$((20000 * scale)) # jobs of a quick put; the default run has 5x as many
 echo "A: $a_cmd" >&2
 echo "B: $b_cmd" >&2
 fill_jobs=${fill_jobs:-$((10 * k))}
+# Each fill reads RSS right after it and again after $settle s idle, once
+# sprout's heap trimmer (src/malloc.rs, every 5 s) has run: the first
+# reading includes the heap the burst freed (~6 MB at 10k jobs with -b).
+settle=6
 if $tls || $auth; then
     modes=()
     if $tls; then modes+=(tls tls-stunnel); fi
@@ -194,8 +198,8 @@ scenario memory "pingpong, 25+25 conns" pingpong --producers 25 --consumers 25 -
 scenario memory "pingpong at 20k jobs/s" pingpong --producers 25 --consumers 25 --jobs $k --rate 20000
 scenario memory "delayed 10k, 1 s" delayed --jobs 10000 --delay 1 --rate 10000
 fi
-scenario memory "fill, ready" fill --conns 50 --jobs "$fill_jobs"
-scenario memory "fill, delayed" fill --conns 50 --jobs "$fill_jobs" --delay 3600
+scenario memory "fill, ready" fill --conns 50 --jobs "$fill_jobs" --settle $settle
+scenario memory "fill, delayed" fill --conns 50 --jobs "$fill_jobs" --delay 3600 --settle $settle
 if $durable && ! $fill_only; then
     for mode in durable fsync0; do
         if [[ $mode == fsync0 ]]; then n=$((k / 5)); else n=$((5 * k)); fi
@@ -209,8 +213,8 @@ if $durable; then
     # Memory held with -b: a small queue (where sled's fixed cost shows) and
     # a large one (where what each job costs shows), small and 1 KiB bodies.
     for size in 100 1024; do
-        scenario durable "fill 10k, $size B" fill --conns 50 --jobs 10000 --size $size
-        scenario durable "fill $fill_jobs, $size B" fill --conns 50 --jobs "$fill_jobs" --size $size
+        scenario durable "fill 10k, $size B" fill --conns 50 --jobs 10000 --size $size --settle $settle
+        scenario durable "fill $fill_jobs, $size B" fill --conns 50 --jobs "$fill_jobs" --size $size --settle $settle
     done
 fi
 fi
@@ -224,10 +228,10 @@ if $tls; then
     echo "in mode tls-stunnel, A = \`$a_cmd\` serving TLS and B = \`$b_cmd\` behind stunnel4."
     echo
 fi
-python3 - "$out" "$a_cmd" "$b_cmd" <<'EOF'
+python3 - "$out" "$a_cmd" "$b_cmd" "$settle" <<'EOF'
 import json, statistics, sys
 
-path, a_cmd, b_cmd = sys.argv[1:]
+path, a_cmd, b_cmd, settle = sys.argv[1:]
 runs = [json.loads(line) for line in open(path)]
 groups = {}
 for r in runs:
@@ -279,6 +283,8 @@ for (mode, label), sides in groups.items():
                      f"B {fmt(scaled(rb, 'hwm_kb', 1024))}; "
                      f"RSS after MB A {fmt(scaled(ra, 'rss_kb', 1024), 1)}, "
                      f"B {fmt(scaled(rb, 'rss_kb', 1024), 1)}; "
+                     f"after {settle} s idle A {fmt(scaled(ra, 'rss_settled_kb', 1024), 1)}, "
+                     f"B {fmt(scaled(rb, 'rss_settled_kb', 1024), 1)}; "
                      f"bytes/job A {fmt(med(ra, 'rss_per_job'))}, B {fmt(med(rb, 'rss_per_job'))} "
                      f"(A/B {ratio(ok_a, ok_b, 'rss_per_job')})")
     notes.append(f"kernel CPU µs/job A {fmt(med(ra, 'sys_us_per_job'), 2)}, "

@@ -13,7 +13,7 @@
 //! cargo bench --bench load -- pingpong --producers 25 --consumers 25 --jobs 200000 [--rate 20000]
 //! cargo bench --bench load -- delayed  --jobs 10000 --delay 1 --rate 10000
 //! cargo bench --bench load -- delayed  --jobs 1000000 --delay 0.5 --spread 20   # sprout only
-//! cargo bench --bench load -- fill     --jobs 1000000 [--delay 3600] --pid PID
+//! cargo bench --bench load -- fill     --jobs 1000000 [--delay 3600] [--settle 6] --pid PID
 //! ```
 //!
 //! In `pingpong` and `delayed` each body starts with the time the job should
@@ -152,6 +152,13 @@ struct Args {
     /// --auth) with the token in FILE (its first line).
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<std::path::PathBuf>,
+    /// fill: after the fill, wait this many seconds and read the server's
+    /// RSS again (`rss_settled_kb`). Right after a fill the heap still
+    /// holds what the burst freed: sprout's heap trimmer (`src/malloc.rs`)
+    /// looks every 5 s, so at 10k jobs with `-b` the two readings differ
+    /// by ~6 MB, as much as the whole gap to what the server holds.
+    #[arg(long, default_value_t = 0.0)]
+    settle: f64,
 }
 
 type Fallible<T> = Result<T, String>;
@@ -311,6 +318,10 @@ async fn run(args: Args) -> Fallible<String> {
             report.number("rss_before_kb", rss_before);
             report.float("rss_per_job", per_job);
             report.float("overhead_per_job", per_job - args.size as f64);
+            if args.settle > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(args.settle)).await;
+                report.number("rss_settled_kb", status_kb(pid, "VmRSS")?);
+            }
         }
     }
     Ok(report.finish())

@@ -149,10 +149,25 @@ impl BodyCache {
     }
 
     /// Holds `body` as job `id`'s, pinned if `pin` (a pinned entry stays
-    /// pinned until [`BodyCache::unpin`]); evicts what the bound asks.
+    /// pinned until [`Settle::Unpin`]); evicts what the bound asks. The
+    /// store holds bodies by the batch ([`BodyCache::pin`],
+    /// [`BodyCache::offer`]); the model tests one at a time.
+    #[cfg(test)]
     pub fn put(&self, id: JobId, body: Bytes, pin: bool) {
         let mut ring = self.lock();
         ring.put(id, body, pin);
+        self.publish(&mut ring);
+    }
+
+    /// Holds each of `bodies` it does not hold already, unpinned, under
+    /// one hold of the lock: a cold read's page (`body_read.rs`).
+    pub fn offer(&self, bodies: impl IntoIterator<Item = (JobId, Bytes)>) {
+        let mut ring = self.lock();
+        for (id, body) in bodies {
+            if !ring.index.contains(id) {
+                ring.put(id, body, false);
+            }
+        }
         self.publish(&mut ring);
     }
 

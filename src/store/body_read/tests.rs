@@ -15,7 +15,8 @@ use crate::store::places::Place;
 /// A job whose body says whose it is.
 fn job(id: JobId) -> JobImage {
     let mut job = image(id, 0);
-    job.body = Bytes::from(format!("the body of job {id}").into_bytes());
+    job.body =
+        Bytes::from(format!("the body of job {id}, longer than the engine keeps").into_bytes());
     job
 }
 
@@ -49,6 +50,10 @@ impl Store {
     }
 
     fn read(&self, id: JobId) -> Result<Bytes, Failed> {
+        self.read_all(id).map(|(body, _)| body)
+    }
+
+    fn read_all(&self, id: JobId) -> Result<(Bytes, Neighbors), Failed> {
         read(&self.dir, |slot| Ok(self.slots.get(&slot).cloned()), id)
     }
 }
@@ -66,6 +71,35 @@ fn each_job_reads_its_own_body() {
         assert_eq!(store.read(id), body_of(id));
     }
     assert_eq!(store.read(9), Err(Failed::NotStored));
+}
+
+/// A read brings the other bodies of its page, each its own job's; none
+/// the engine keeps itself.
+#[test]
+fn a_read_brings_its_pages_other_bodies() {
+    let mut store = Store::default();
+    store.add(10, 3, &[1, 2, 3]);
+    let (_, neighbors) = store.read_all(2).unwrap();
+    let want: Neighbors = [1, 3].map(|id| (id, job(id).body)).into();
+    assert_eq!(neighbors, want);
+
+    let mut short = job(5);
+    short.body = Bytes::from_static(b"kept by the engine");
+    let mut b = PageBuilder::default();
+    let lens: Vec<u32> = [job(4), short].iter().map(|j| b.image(j).1).collect();
+    let value = page::seal(11, &b.finish()[0]);
+    store.slots.insert(4, value.clone());
+    let mut map = store.dir.lock();
+    map.pages.insert(
+        11,
+        Page {
+            slot: 4,
+            bytes: value.len() as u64,
+        },
+    );
+    map.jobs.insert(4, Place::new(11, lens[0]));
+    drop(map);
+    assert_eq!(store.read_all(4).unwrap().1, Neighbors::new());
 }
 
 /// Damage names the job, and never reads as another job's body.
@@ -130,7 +164,7 @@ fn a_damaged_page_is_an_error_naming_the_job() {
         assert_damaged(got, 2);
     }
     let failing = |_| -> io::Result<Option<Vec<u8>>> { Err(io::Error::other("EIO")) };
-    assert_damaged(read(&store.dir, failing, 1), 1);
+    assert_damaged(read(&store.dir, failing, 1).map(|(body, _)| body), 1);
 }
 
 /// Cleaning moves job 2 between its lookup and its read, and its old slot
@@ -159,7 +193,8 @@ fn a_moved_entry_is_looked_up_again() {
             _ => store.slots.get(&slot).cloned(),
         })
     };
-    assert_eq!(read(&store.dir, read_page, 2), body_of(2));
+    let got = read(&store.dir, read_page, 2);
+    assert_eq!(got.map(|(body, _)| body), body_of(2));
     assert_eq!(reads.get(), 2);
 }
 
@@ -218,8 +253,9 @@ fn bodies_come_from_the_cache_then_from_sled() {
     assert_eq!(bodies.body(6), Err(Failed::NotStored));
     let figures = &stats.body_cache;
     let read = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
-    assert_eq!(read(&figures.hits), 1);
-    assert_eq!(read(&figures.misses), 4);
+    // Job 2 came in with job 1's page.
+    assert_eq!(read(&figures.hits), 2);
+    assert_eq!(read(&figures.misses), 3);
     assert_eq!(read(&figures.read_errors), 1);
     assert!(read(&figures.bytes) > 0);
     // Closed, it lets go of sled; what the cache holds still answers.

@@ -172,8 +172,7 @@ impl BodyCache {
     }
 
     /// Holds each of `bodies` as its job's, pinned until [`Settle::Unpin`],
-    /// under one hold of the lock (a submission's puts; see
-    /// [`BodyCache::put`]).
+    /// under one hold of the lock (a submission's puts).
     pub fn pin(&self, bodies: impl IntoIterator<Item = (JobId, Bytes)>) {
         let mut bodies = bodies.into_iter().peekable();
         if bodies.peek().is_none() {

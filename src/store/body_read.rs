@@ -87,7 +87,7 @@ pub fn read<V: AsRef<[u8]>>(
             None => Err(Miss::Stale("no place")),
             Some(found) => match read_page(found.slot) {
                 Ok(Some(value)) => body_in(value.as_ref(), found, id)
-                    .map(|body| (body, neighbors_in(value.as_ref(), id))),
+                    .map(|body| (body, neighbors_in(dir, value.as_ref(), id))),
                 Ok(None) => Err(Miss::Stale("its page's slot is empty")),
                 Err(e) => Err(Miss::Damaged(format!("reading its page: {e}"))),
             },
@@ -108,21 +108,22 @@ pub fn read<V: AsRef<[u8]>>(
     Err(damaged(&format!("its page kept changing ({last})")))
 }
 
-/// The bodies of the jobs other than `id` whose images page `value` holds
-/// (one that `body_in` found to be the page it looked for), for the body
-/// cache: jobs are packed in put order, so a drain asks for them next. A
-/// backlog larger than the cache drained at 0.27x the rate with bodies in
-/// RAM while every reserve read its own page (issue 33). Bodies no job
-/// changes, so any image's is its job's; an entry that does not check out
-/// is left out, and so is a body the engine holds itself.
-fn neighbors_in(value: &[u8], id: JobId) -> Neighbors {
+/// The bodies of the live jobs other than `id` whose images page `value`
+/// holds (one that `body_in` found to be the page it looked for), for the
+/// body cache: jobs are packed in put order, so a drain asks for them
+/// next. A backlog larger than the cache drained at 0.27x the rate with
+/// bodies in RAM while every reserve read its own page (issue 33). Bodies
+/// no job changes, so any image's is its job's; an entry that does not
+/// check out is left out, and so is a body the engine holds itself, and a
+/// deleted job's (`dir` places it nowhere), which nothing would ask for.
+fn neighbors_in(dir: &Directory, value: &[u8], id: JobId) -> Neighbors {
     let Ok((_, entries)) = page::read(value) else {
         return Neighbors::new();
     };
     let body = |entry: Entry<'_>| {
         let job = record::decode_job(entry.image()?).ok()?;
         let kept = job.id == entry.id && job.id != id && job.body.len() > INLINE_BODY;
-        kept.then_some((job.id, job.body))
+        (kept && dir.find(job.id).is_some()).then_some((job.id, job.body))
     };
     entries.map_while(Result::ok).filter_map(body).collect()
 }

@@ -74,11 +74,14 @@ fn each_job_reads_its_own_body() {
 }
 
 /// A read brings the other bodies of its page, each its own job's; none
-/// the engine keeps itself.
+/// the engine keeps itself, none of a deleted job.
 #[test]
 fn a_read_brings_its_pages_other_bodies() {
     let mut store = Store::default();
-    store.add(10, 3, &[1, 2, 3]);
+    store.add(10, 3, &[1, 2, 3, 6]);
+    // Job 6 was deleted: its image is still in the page, but it is
+    // placed nowhere.
+    store.dir.lock().jobs.remove(6);
     let (_, neighbors) = store.read_all(2).unwrap();
     let want: Neighbors = [1, 3].map(|id| (id, job(id).body)).into();
     assert_eq!(neighbors, want);

@@ -207,7 +207,8 @@ impl BodyCache {
         }
     }
 
-    /// Drops the body of `id` (the job was deleted).
+    /// Drops the body of `id` now: a put the store failed to keep
+    /// (`Store::forget`). A delete leaves once absorbed ([`Settle::Remove`]).
     pub fn remove(&self, id: JobId) {
         let mut ring = self.lock();
         ring.remove(id);

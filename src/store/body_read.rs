@@ -252,19 +252,16 @@ impl Bodies {
             Some(db) => db.get(page::page_key(slot)).map_err(io::Error::from),
             None => Err(io::Error::other("the store is closed")),
         };
-        match read(&self.dir, read_page, id) {
-            Ok((body, neighbors)) => {
-                let read = std::iter::once((id, body.clone()));
-                self.cache.offer(read.chain(neighbors));
-                Ok(body)
-            }
-            Err(Failed::Damaged(why)) => {
-                self.cache.read_failed();
-                tracing::error!(job = id, "a body cannot be read back from the store: {why}");
-                Err(Failed::Damaged(why))
-            }
-            Err(Failed::NotStored) => Err(Failed::NotStored),
+        let got = read(&self.dir, read_page, id).map(|(body, neighbors)| {
+            let read = std::iter::once((id, body.clone()));
+            self.cache.offer(read.chain(neighbors));
+            body
+        });
+        if let Err(Failed::Damaged(why)) = &got {
+            self.cache.read_failed();
+            tracing::error!(job = id, "a body cannot be read back from the store: {why}");
         }
+        got
     }
 }
 

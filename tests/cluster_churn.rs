@@ -1,8 +1,10 @@
 //! The cluster's stream stays bounded by the live jobs under churn, against
 //! real nats-server processes and a sprout node: each subject keeps only
-//! its last message and the leader cleans its pages as sled's are cleaned
+//! its last message, the leader cleans its pages as sled's are cleaned
 //! (`store/log.rs`: at most twice the live bytes plus 1 MiB of dead ones),
-//! so puts and deletes that come and go leave nothing behind.
+//! and the change messages a snapshot covers are purged 5 s after it
+//! (`cluster/purges.rs`), so puts and deletes that come and go leave
+//! nothing behind.
 //!
 //! Freed slots keep an empty message each (a slot's last word), so what
 //! is held is bounded by the live jobs plus the most pages ever held at
@@ -96,8 +98,9 @@ fn churn_leaves_the_stream_bounded_by_the_live_jobs() {
         w.join().expect("a churning connection");
     }
     let took = started.elapsed();
-    // An idle leader cleans once a second while over its bound.
-    thread::sleep(Duration::from_secs(3));
+    // An idle leader snapshots and cleans once a second while over its
+    // bound, and purges the changes covered 5 s after.
+    thread::sleep(Duration::from_secs(8));
     let (bytes, messages, last) = stream_state(&nats, "SPROUT_churn");
     eprintln!(
         "{LIVE} live jobs; after {n} put and deleted in {took:?}: \

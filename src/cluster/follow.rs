@@ -2,15 +2,18 @@
 //! message: a standby follows the leader this way, and a new leader starts
 //! writing from exactly this state.
 //!
-//! The stream holds the store's page log (`store/page.rs`, `store/log.rs`)
-//! with one subject per slot: a page message replaces the slot's old page,
-//! an empty message frees the slot, and a meta message (`meta.rs`) says
-//! who leads and the id ceiling. Applying a page is what recovery does for
-//! each sled page, one at a time: each image in it is its job's latest
-//! (pages arrive in the order they were written), each tombstone a delete.
-//! The engine replica gets every image and delete ([`Change`]); the page
-//! contents stay here too, since a leader cleans the log by copying the
-//! live images out of its oldest pages.
+//! The stream holds change messages (`changes.rs`: each group commit's
+//! records) and the store's page log (`store/page.rs`, `store/log.rs`) as
+//! snapshots, with one subject per slot: a page message replaces the slot's
+//! old page, an empty message frees the slot, and a meta message
+//! (`meta.rs`) says who leads and the last change the pages cover.
+//! Applying a page is what recovery does for each sled page, one at a
+//! time: each image in it is its job's latest (pages arrive in the order
+//! they were written), each tombstone a delete. The engine replica gets
+//! every record and every image and delete ([`Change`]); the page contents
+//! stay here too, since a leader cleans the log by copying the live images
+//! out of its oldest pages, and the records since the last snapshot, which
+//! a new leader packs into its first.
 //!
 //! A reserved job's image carries its TTR deadline (the leader records
 //! every reserve and touch in cluster mode), and the replica holds the job
@@ -22,9 +25,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use sprout_protocol::JobId;
 
+use super::changes;
 use super::meta::{Meta, MetaError};
 use super::subjects::Subject;
-use crate::engine::{JobImage, Stored, Time};
+use crate::engine::{JobImage, Record, Stored, Time};
 use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Packed, Slot};
 
 /// A stream message this node cannot apply.
@@ -38,6 +42,18 @@ pub enum PageError {
         seq: u64,
         error: Corrupt,
     },
+    #[error(
+        "this node read change messages up to {last}, and the next it finds is {next}: \
+         those between were purged before it read them (it fell too far behind the \
+         leader, `purges.rs`); restart it to read the stream anew"
+    )]
+    Behind { last: u64, next: u64 },
+    #[error("change message {number} (stream sequence {seq}): {error}")]
+    Change {
+        number: u64,
+        seq: u64,
+        error: Corrupt,
+    },
 }
 
 /// What the engine replica must do for a message.
@@ -45,6 +61,11 @@ pub enum PageError {
 pub enum Change {
     /// The job's latest state (a new job or a changed one).
     Job(JobImage),
+    /// The job's latest state but its body, which is the one it has.
+    Update(JobImage),
+    /// The job as the changes this node has read left it: taken only if
+    /// the replica lacks the job.
+    Unless(JobImage),
     Deleted(JobId),
 }
 
@@ -85,8 +106,14 @@ pub struct Pages {
     pub by_slot: FxHashMap<Slot, Bytes>,
     /// The stream sequence of the last message applied.
     pub last_seq: u64,
-    /// The last meta message.
+    /// The last meta message; its id ceiling raised by the change
+    /// messages since.
     pub meta: Meta,
+    /// The records of the change messages since the last snapshot, by
+    /// change number: a new leader packs them into its first snapshot.
+    pub pending: Vec<(u64, Vec<Record>)>,
+    /// The last change message's number.
+    pub last_change: u64,
 }
 
 impl Pages {
@@ -120,11 +147,16 @@ impl Pages {
         self.last_seq = seq;
         let slot = match subject {
             Subject::Meta => {
-                self.meta = Meta::decode(&payload)?;
+                let meta = Meta::decode(&payload)?;
+                self.check_next(meta.snap.max(self.last_change) + 1)?;
+                self.pending.retain(|(n, _)| *n > meta.snap);
+                let ids_below = self.meta.ids_below.max(meta.ids_below);
+                self.meta = Meta { ids_below, ..meta };
                 return Ok(());
             }
             // Only a claim's own leader reads its fences (`fence.rs`).
             Subject::Fence(_) => return Ok(()),
+            Subject::Change(number) => return self.change(seq, number, &payload, changes),
             Subject::Page(slot) => slot,
         };
         let bad = |error| PageError::Corrupt { slot, seq, error };
@@ -137,13 +169,22 @@ impl Pages {
         }
         let (page_seq, entries) = page_entries(&payload).map_err(bad)?;
         self.log.follow_page(page_seq, slot, payload.len());
+        // Once this node has read a change message, a page's image is
+        // what the changes before it said of its job (`changes.rs`), unless
+        // this node started cold and never had the job: the page that held
+        // it before cleaning moved it may have been replaced before this
+        // node got there.
+        let replica_knows = self.last_change > 0;
         for entry in entries {
             let entry = entry.map_err(bad)?;
             match entry.kind {
                 EntryKind::Image(raw) => {
                     let image = decode_job(raw).map_err(bad)?;
                     self.log.place(page_seq, entry.id, entry.raw.len() as u32);
-                    changes.push(Change::Job(image));
+                    changes.push(match replica_knows {
+                        true => Change::Unless(image),
+                        false => Change::Job(image),
+                    });
                 }
                 EntryKind::Tombstone => {
                     self.log.forget(entry.id);
@@ -155,118 +196,44 @@ impl Pages {
         self.by_slot.insert(slot, payload);
         Ok(())
     }
+
+    /// Whether change message `next` may come next: once a node has read
+    /// one, it must read every later one (`purges.rs`). A node that starts
+    /// cold may find its first anywhere, after the pages covering those
+    /// before it.
+    fn check_next(&self, next: u64) -> Result<(), PageError> {
+        match self.last_change {
+            0 => Ok(()),
+            last if next == last + 1 => Ok(()),
+            last => Err(PageError::Behind { last, next }),
+        }
+    }
+
+    /// Applies change message `number`, at stream sequence `seq`.
+    fn change(
+        &mut self,
+        seq: u64,
+        number: u64,
+        payload: &[u8],
+        changes: &mut Vec<Change>,
+    ) -> Result<(), PageError> {
+        self.check_next(number)?;
+        let bad = |error| PageError::Change { number, seq, error };
+        let change = changes::decode(payload).map_err(bad)?;
+        if change.number != number {
+            return Err(bad(Corrupt("a change message under another's subject")));
+        }
+        self.meta.ids_below = self.meta.ids_below.max(change.ids_below);
+        changes.extend(change.records.iter().map(|record| match record {
+            Record::Put(image) => Change::Job(image.clone()),
+            Record::Update(image) => Change::Update(image.clone()),
+            Record::Delete(id) => Change::Deleted(*id),
+        }));
+        self.pending.push((number, change.records));
+        self.last_change = number;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::Record;
-    use crate::store::{pack, test_image};
-    use std::collections::BTreeMap;
-
-    /// Applies `messages` as stream messages from sequence `seq` on, and
-    /// what they change to `jobs` (the engine replica's view).
-    fn follow(
-        f: &mut Pages,
-        seq: &mut u64,
-        messages: Vec<(Slot, Bytes)>,
-        jobs: &mut BTreeMap<JobId, JobImage>,
-    ) {
-        let mut changes = Vec::new();
-        for (slot, page) in messages {
-            *seq += 1;
-            f.apply(*seq, Subject::Page(slot), page, &mut changes)
-                .unwrap();
-            for change in changes.drain(..) {
-                match change {
-                    Change::Job(image) => _ = jobs.insert(image.id, image),
-                    Change::Deleted(id) => _ = jobs.remove(&id),
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_carried_reservation_lasts_at_most_a_ttr_from_its_arrival() {
-        const S: Time = 1_000_000;
-        let mut image = test_image(1, 0);
-        image.ttr = 5;
-        for (until, now, held) in [
-            // Clocks agree: the leader's deadline.
-            (105 * S, 101 * S, 105 * S),
-            // This clock behind by 1000 s: a TTR from now, not 1005 s.
-            (1105 * S, 101 * S, 106 * S),
-            // Ahead: the leader's deadline, already passed here.
-            (105 * S, 200 * S, 105 * S),
-            // Written before deadlines were recorded: a TTR from now.
-            (0, 101 * S, 106 * S),
-        ] {
-            image.state = Stored::Reserved(until);
-            carry(&mut image, now);
-            assert_eq!(image.state, Stored::Reserved(held));
-        }
-        image.state = Stored::Delayed(7);
-        carry(&mut image, 0);
-        assert_eq!(image.state, Stored::Delayed(7));
-    }
-
-    #[test]
-    fn a_standby_following_the_leaders_batches_holds_its_jobs_and_pages() {
-        let mut leader = Pages::default();
-        let mut standby = Pages::default();
-        let mut jobs = BTreeMap::new();
-        let mut seq = 0;
-        let mut batches: Vec<Vec<Record>> = Vec::new();
-        // Big jobs, then most of them deleted one batch at a time: the log
-        // goes over its bound, and cleaning moves images and frees slots.
-        batches.extend((1..=200).map(|id| vec![Record::Put(test_image(id, 10_000))]));
-        batches.extend((3..=200).map(|id| vec![Record::Delete(id)]));
-        let mut changed = test_image(2, 10_000);
-        changed.pri = 7;
-        // An update carries no body: the leader's pack takes it from the
-        // job's page, and the standby gets it whole.
-        let update = JobImage {
-            body: Bytes::new(),
-            ..changed.clone()
-        };
-        batches.push(vec![Record::Update(update)]);
-        batches.extend((0..20).map(|_| Vec::new()));
-        let mut freed = 0;
-        for records in &batches {
-            let Pages { log, by_slot, .. } = &mut leader;
-            let packed = pack(
-                log,
-                records,
-                200,
-                |_| None,
-                |slot| Ok(by_slot.get(&slot).map(|p| p.to_vec())),
-            )
-            .unwrap();
-            freed += packed.freed.len();
-            let messages = leader.keep(packed);
-            follow(&mut standby, &mut seq, messages, &mut jobs);
-        }
-        assert!(freed > 50, "only {freed} slots freed");
-        assert_eq!(jobs.keys().copied().collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(jobs[&2], changed);
-        assert_eq!(standby.by_slot, leader.by_slot);
-        assert_eq!(standby.log.sizes(), leader.log.sizes());
-        assert_eq!(standby.last_seq, seq);
-
-        let meta = Meta {
-            epoch: 3,
-            ids_below: 201,
-            node: "n".into(),
-            addr: "a:1".into(),
-        };
-        let mut changes = Vec::new();
-        standby
-            .apply(seq + 1, Subject::Meta, meta.encode().into(), &mut changes)
-            .unwrap();
-        assert_eq!((standby.meta.clone(), changes.len()), (meta, 0));
-        let junk = Bytes::from_static(b"\x09not a page");
-        assert!(standby
-            .apply(seq + 2, Subject::Page(0), junk, &mut changes)
-            .is_err());
-    }
-}
+mod tests;

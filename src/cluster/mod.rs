@@ -13,12 +13,17 @@
 //! - `link.rs`: the link to NATS: credentials, TLS, clear text only on
 //!   this host;
 //! - `version.rs`: refuse NATS servers too old for these guarantees;
-//! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot;
+//! - `subjects.rs`, `stream.rs`: the stream, one subject per page slot and
+//!   per change message;
 //! - `meta.rs`: who leads, the epoch, the id ceiling;
 //! - `placement.rs`: refuse more copies than NATS has servers;
 //! - `publish.rs`: a group commit as one fenced atomic batch; `fence.rs`:
 //!   why a claim also writes fence subjects that a leader's batches expect;
-//! - `writer.rs`: the leader's store;
+//! - `changes.rs`: a group commit's records as change messages, and why
+//!   the pages are snapshots now;
+//! - `cluster_store.rs`: the store seam, the leader's submissions
+//!   queued; `writer.rs`: the writer sending them; `purges.rs`: when the changes a
+//!   snapshot covers go;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
 //!   `timing.rs`: its clock; `held.rs`: the holder renewing it;
@@ -39,8 +44,10 @@
 //! - `bridge.rs`: the embedded Redis bridge, on the leader only.
 
 mod bridge;
+mod changes;
 mod claim;
 pub mod cluster_flags;
+mod cluster_store;
 pub mod fence;
 mod follow;
 pub mod held;
@@ -52,6 +59,7 @@ pub mod node;
 pub mod peers;
 mod placement;
 pub mod publish;
+mod purges;
 pub mod relay;
 mod role;
 mod side;

@@ -24,10 +24,12 @@ use async_nats::jetstream::{self, stream::Stream};
 use async_nats::Client;
 use bytes::Bytes;
 use futures_util::StreamExt;
+use sprout_protocol::JobId;
 use tokio::sync::watch;
 
 use super::claim::{self, Claim};
 use super::cluster_flags::Options;
+use super::cluster_store::ClusterStore;
 use super::fence::Fences;
 use super::follow::PageError;
 use super::follow::{self, Change, Pages};
@@ -39,6 +41,7 @@ use super::members;
 use super::meta::Meta;
 use super::placement;
 use super::publish::{self, Chain, Refusal};
+use super::purges::Purges;
 use super::role::Role;
 use super::standby::Standby;
 use super::status::{Part, Teller};
@@ -46,8 +49,8 @@ use super::stream::{self, Trouble};
 use super::subjects::{NameError, Subjects};
 use super::timing::TtlTooShort;
 use super::version;
-use super::writer::{ClusterStore, WriteError, Writer};
-use crate::engine::{ClusterStats, Engine};
+use super::writer::{WriteError, Writer};
+use crate::engine::{ClusterStats, Engine, JobImage};
 use crate::shared::Shared;
 
 /// How long a request (a batch's acknowledgment among them) waits for
@@ -86,6 +89,10 @@ pub enum NodeError {
     NoSequence(#[source] BoxError),
     #[error(transparent)]
     Page(#[from] PageError),
+    /// The replica lacks a job the stream changes: it cannot be trusted to
+    /// take over.
+    #[error("stream sequence {seq} changes job {id}, which this node does not hold")]
+    Unknown { id: JobId, seq: u64 },
     /// The lease is lost: its reason alone.
     #[error("{}", .0 .0)]
     Deposed(#[from] Deposed),
@@ -120,6 +127,13 @@ impl Connected {
     pub fn max_job_size(&self) -> u32 {
         let payload = self.client.server_info().max_payload;
         payload.saturating_sub(64 << 10).min(u32::MAX as usize) as u32
+    }
+
+    /// The largest change message to send: room for headers beside it in
+    /// the server's largest message (one job's record is smaller still,
+    /// [`Connected::max_job_size`]).
+    fn change_limit(&self) -> usize {
+        self.client.server_info().max_payload - (16 << 10)
     }
 
     /// At a graceful stop: this node's claim on its id goes, so the same
@@ -267,6 +281,8 @@ async fn lead(
 ) -> Result<(), NodeError> {
     let pages = std::mem::take(&mut follower.pages);
     let meta = pages.meta.clone();
+    let records = pages.pending.iter().flat_map(|(_, records)| records);
+    let pending_bytes = pages.log.page_bytes(records);
     let mut writer = Writer {
         store,
         client: node.client.clone(),
@@ -277,6 +293,9 @@ async fn lead(
         meta,
         fences: follower.fences,
         fenced: 0,
+        limit: node.change_limit(),
+        pending_bytes,
+        purges: Purges::default(),
     };
     writer.pages.log.reslot();
     writer.start();
@@ -409,14 +428,22 @@ impl Follower {
             // timer: restored deadlines are judged against now.
             state.engine.tick(now);
             for change in self.changes.drain(..) {
-                match change {
-                    Change::Job(mut image) => {
-                        follow::carry(&mut image, now);
-                        state.engine.forget(image.id);
-                        state.engine.restore(&image);
+                let mut image = match change {
+                    Change::Job(image) => image,
+                    Change::Unless(image) if state.engine.holds(image.id) => continue,
+                    Change::Unless(image) => image,
+                    Change::Update(image) => match state.engine.body_of(image.id) {
+                        Some(body) => JobImage { body, ..image },
+                        None => return Err(NodeError::Unknown { id: image.id, seq }),
+                    },
+                    Change::Deleted(id) => {
+                        state.engine.forget(id);
+                        continue;
                     }
-                    Change::Deleted(id) => state.engine.forget(id),
-                }
+                };
+                follow::carry(&mut image, now);
+                state.engine.forget(image.id);
+                state.engine.restore(&image);
             }
         }
         let meta = &self.pages.meta;
@@ -475,6 +502,7 @@ impl Follower {
                 ids_below: self.pages.meta.ids_below,
                 node: node.options.node.clone(),
                 addr: node.options.advertise.clone(),
+                snap: self.pages.meta.snap,
             };
             let messages = Fences::claim(&node.subjects, Bytes::from(claim.encode()));
             let id = format!("e{}claim", claim.epoch);

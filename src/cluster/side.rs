@@ -17,7 +17,7 @@ use super::bridge::SteppedDown;
 use super::cluster_flags::Options;
 use super::peers::PeerTls;
 use super::role::Role;
-use super::{bridge, node, relay, version, via, vouch, writer};
+use super::{bridge, cluster_store, node, relay, version, via, vouch};
 
 /// How long a client that connects while no node leads waits for one.
 const WAIT_FOR_LEADER: Duration = Duration::from_secs(10);
@@ -91,7 +91,7 @@ pub async fn start(
         ..config
     };
     let engine = Engine::new(config, clock.now());
-    let store = writer::ClusterStore::new();
+    let store = cluster_store::ClusterStore::new();
     let shared = Arc::new(Shared::new(engine, clock, Box::new(store.clone())));
     let (role_tx, role) = watch::channel(Role::Standby { leader: None });
     let (closed, closed_rx) = watch::channel(false);

@@ -6,6 +6,8 @@
 //! that frees it) lets JetStream reclaim the old one: the stream stays
 //! bounded by the live pages, as sled's tree does for a single node.
 //! A claim also writes the fence subjects `sprout.NAME.f.K` (`fence.rs`).
+//! Group commit `N`'s records go to `sprout.NAME.c.N` (`changes.rs`), one
+//! subject each, purged once a snapshot of the pages covers them.
 
 use crate::store::Slot;
 
@@ -25,12 +27,14 @@ pub enum NameError {
 }
 
 /// What a subject of the stream holds.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subject {
     Page(Slot),
     Meta,
     /// Fence subject `K`: written by claims, read by nobody.
     Fence(u64),
+    /// Change message `N`: a group commit's records.
+    Change(u64),
 }
 
 impl Subjects {
@@ -75,6 +79,15 @@ impl Subjects {
         format!("sprout.{}.f.{k}", self.name)
     }
 
+    pub fn change(&self, n: u64) -> String {
+        format!("sprout.{}.c.{n}", self.name)
+    }
+
+    /// Every change message's subject.
+    pub fn changes(&self) -> String {
+        format!("sprout.{}.c.>", self.name)
+    }
+
     pub fn parse(&self, subject: &str) -> Option<Subject> {
         let rest = subject
             .strip_prefix("sprout.")?
@@ -85,6 +98,7 @@ impl Subjects {
             _ => match rest.split_once('.')? {
                 ("p", slot) => slot.parse().ok().map(Subject::Page),
                 ("f", k) => k.parse().ok().map(Subject::Fence),
+                ("c", n) => n.parse().ok().map(Subject::Change),
                 _ => None,
             },
         }
@@ -103,12 +117,16 @@ mod tests {
         let s = Subjects::new("jobs-1").unwrap();
         assert_eq!(s.stream(), "SPROUT_jobs-1");
         assert_eq!(s.all(), "sprout.jobs-1.>");
+        assert_eq!(s.changes(), "sprout.jobs-1.c.>");
         let cases = [
             (s.page(0), Some(Subject::Page(0))),
             (s.page(4_000_000_000), Some(Subject::Page(4_000_000_000))),
             (s.meta(), Some(Subject::Meta)),
             (s.fence(0), Some(Subject::Fence(0))),
             (s.fence(15), Some(Subject::Fence(15))),
+            (s.change(1), Some(Subject::Change(1))),
+            (s.change(u64::MAX), Some(Subject::Change(u64::MAX))),
+            ("sprout.jobs-1.c.-1".into(), None),
             ("sprout.jobs-1.f.x".into(), None),
             ("sprout.jobs-1.p.x".into(), None),
             ("sprout.jobs-1.q".into(), None),

@@ -1,48 +1,64 @@
-//! The store in cluster mode: every group commit goes to the stream as an
-//! atomic batch, and a reply waits until the stream has acknowledged it
-//! (a quorum of the NATS servers holds it, synced under
+//! The store in cluster mode: every group commit goes to the stream as
+//! change messages (`changes.rs`), and a reply waits until the stream has
+//! acknowledged them (a quorum of the NATS servers holds them, synced under
 //! `sync_interval: always`).
 //!
 //! The seam is the single-node store's (`store/mod.rs`): commands queue
 //! their records under the engine lock ([`ClusterStore::submit`]); the
-//! writer task takes everything queued, packs it into pages exactly as the
-//! absorber packs sled's (`store/pack.rs`), and sends the pages and the
-//! slots cleaning freed (empty messages) as one batch, with a meta message
-//! (`meta.rs`) when the id ceiling must move: it runs a block ahead of the
-//! ids handed out (`store/ids.rs`), so most batches carry none (a message
-//! fewer for the NATS servers to replicate and sync). While one batch is on its way the next one gathers, so the
-//! group grows with the load. A batch the stream refuses means this node
-//! no longer leads (or the stream is failing): the node stops at once
-//! (`node.rs`), and nothing it did not get acknowledged was answered.
+//! writer task takes everything queued and sends it as one batch, whose
+//! change messages carry the id ceiling (it runs a block ahead of the ids
+//! handed out, `store/ids.rs`). While one batch is on its way the next one
+//! gathers, so the group grows with the load. Every so often (once the
+//! records since the last snapshot would fill [`SNAP_BYTES`] of pages, or
+//! after an idle second) the writer packs those records into pages exactly
+//! as the absorber packs sled's (`store/pack.rs`) and sends the pages and
+//! the slots cleaning freed (empty messages) as a snapshot, ending with a
+//! meta message (`meta.rs`) naming the last change it covers; the changes
+//! it covers are purged later (`purges.rs`). A batch the stream refuses
+//! means this node no longer leads (or the stream is failing): the node
+//! stops at once (`node.rs`), and nothing it did not get acknowledged was
+//! answered.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use async_nats::jetstream::Context;
 use async_nats::Client;
 use bytes::Bytes;
-use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
-use tokio::sync::{watch, Notify};
 
+use super::changes;
+use super::cluster_store::ClusterStore;
 use super::fence::{Fences, FENCES};
 use super::follow::Pages;
 use super::meta::Meta;
 use super::publish::{self, Chain, Refusal, Sent, MAX_BATCH};
+use super::purges::Purges;
 use super::subjects::Subjects;
-use crate::engine::{Record, Room};
-use crate::store::{pack, raise_id_ceiling, Progress, Seq, Store};
+use crate::engine::Record;
+use crate::store::{pack, raise_id_ceiling, Seq, PAGE_BYTES};
 
-/// Records taken into one batch, in the bytes their pages will hold
-/// (`Log::page_bytes`: an update counts its body, which it does not carry
-/// but its new image holds): with pages of 4 KiB and [`CLEAN_PAGES`]
-/// cleaned, a batch stays well inside [`MAX_BATCH`] messages.
-const BATCH_BYTES: usize = 1 << 20;
-/// Oldest pages cleaned per batch at most.
-const CLEAN_PAGES: usize = 200;
+/// Records since the last snapshot, in page bytes, that make the next.
+const SNAP_BYTES: usize = 512 << 10;
+/// A snapshot of records of at most this many page bytes cleans the log
+/// too, and is still one atomic batch ([`MAX_BATCH`]; asserted below): its
+/// records and the live images moved out of the [`CLEAN_PAGES`] cleaned
+/// fill pages at least half full on average (`store/page.rs`), beside an
+/// empty message per slot freed and the meta message. So a crash cannot
+/// leave a slot refilled without the images moved out of it. Bigger
+/// snapshots are sent in several batches, uncleaned.
+const CLEAN_WITHIN: usize = 1 << 20;
+/// Oldest pages cleaned per snapshot at most.
+const CLEAN_PAGES: usize = 100;
+const _: () = {
+    let moved = CLEAN_PAGES * PAGE_BYTES;
+    let pages = 2 * (CLEAN_WITHIN + moved) / PAGE_BYTES + 1;
+    // The meta message beside them.
+    assert!(pages + CLEAN_PAGES < MAX_BATCH);
+};
 /// Batches on their way to the stream at once (at most [`FENCES`]).
 const IN_FLIGHT: usize = 8;
 
@@ -64,142 +80,6 @@ const RETRY_FOR: Duration = Duration::from_secs(30);
 const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// How often an idle writer cleans the log by itself.
 const IDLE: Duration = Duration::from_secs(1);
-
-#[derive(Default)]
-struct Queue {
-    last: Seq,
-    groups: Vec<(Seq, Vec<Record>)>,
-    /// Puts not acknowledged yet, by job and in submission order: an
-    /// answer that hands such a job out waits for its put alone.
-    puts: FxHashMap<JobId, Seq>,
-    put_order: VecDeque<(Seq, JobId)>,
-}
-
-impl Queue {
-    /// Forgets the puts of submissions up to `seq`: the stream has them.
-    fn acknowledged(&mut self, seq: Seq) {
-        while let Some(&(s, id)) = self.put_order.front() {
-            if s > seq {
-                break;
-            }
-            self.put_order.pop_front();
-            if self.puts.get(&id) == Some(&s) {
-                self.puts.remove(&id);
-            }
-        }
-    }
-}
-
-pub struct ClusterStore {
-    queue: Mutex<Queue>,
-    wake: Notify,
-    progress: watch::Sender<Progress>,
-    /// Set once this node has claimed the stream; until then (a standby)
-    /// every submission fails at once.
-    leading: AtomicBool,
-}
-
-impl ClusterStore {
-    pub fn new() -> Arc<ClusterStore> {
-        // Nothing is taken into a store of record behind the stream.
-        let mut progress = Progress::default();
-        progress.absorbed = Seq::MAX;
-        Arc::new(ClusterStore {
-            queue: Mutex::default(),
-            wake: Notify::new(),
-            progress: watch::Sender::new(progress),
-            leading: AtomicBool::new(false),
-        })
-    }
-
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Takes queued groups, up to [`BATCH_BYTES`] as `bytes_of` counts a
-    /// group's records (at least one group); returns them and their bytes.
-    fn take(
-        &self,
-        mut bytes_of: impl FnMut(&[Record]) -> usize,
-    ) -> (Vec<(Seq, Vec<Record>)>, usize) {
-        let mut q = self.queue();
-        let mut bytes = 0;
-        let n = q
-            .groups
-            .iter()
-            .take_while(|(_, records)| {
-                let take = bytes < BATCH_BYTES;
-                if take {
-                    bytes += bytes_of(records);
-                }
-                take
-            })
-            .count();
-        (q.groups.drain(..n).collect(), bytes)
-    }
-}
-
-impl Store for ClusterStore {
-    fn submit(&self, records: Vec<Record>) -> Seq {
-        let mut q = self.queue();
-        q.last += 1;
-        let seq = q.last;
-        if self.leading.load(Ordering::Acquire) {
-            for record in &records {
-                if let Record::Put(image) = record {
-                    q.puts.insert(image.id, seq);
-                    q.put_order.push_back((seq, image.id));
-                }
-            }
-            q.groups.push((seq, records));
-            drop(q);
-            self.wake.notify_one();
-        } else {
-            drop(q);
-            self.progress.send_modify(|p| p.fail(seq, seq));
-        }
-        seq
-    }
-
-    fn progress(&self) -> watch::Receiver<Progress> {
-        self.progress.subscribe()
-    }
-
-    fn replies_wait_for_sync(&self) -> bool {
-        true
-    }
-
-    fn write_out(&self) -> bool {
-        false
-    }
-
-    fn request_sync(&self) {
-        self.wake.notify_one();
-    }
-
-    fn room(&self) -> Room {
-        Room::UNLIMITED
-    }
-
-    fn file(&self) -> u32 {
-        0
-    }
-
-    fn put_of(&self, id: JobId) -> Option<Seq> {
-        Some(self.queue().puts.get(&id).copied().unwrap_or(0))
-    }
-
-    fn close(&self) {
-        let last = self.queue().last;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.leading.load(Ordering::Acquire)
-            && self.progress.borrow().synced < last
-            && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
 
 /// Why the leader's writer stopped: this node no longer leads, or the
 /// stream is failing.
@@ -234,8 +114,11 @@ struct Flying {
     end: u64,
     /// The last submission it holds (in its last part).
     last: Option<Seq>,
-    /// The id ceiling its meta message carries.
+    /// The id ceiling its change messages carry.
     ids_below: JobId,
+    /// A snapshot's last part: the stream sequence the snapshot starts
+    /// at, below which the change messages it covers are.
+    snapshot: Option<u64>,
 }
 
 impl Flying {
@@ -262,6 +145,12 @@ pub struct Writer {
     /// Batches sent fenced on a fence subject so far (each takes the
     /// next).
     pub fenced: u64,
+    /// The largest change message sent: under the server's largest.
+    pub limit: usize,
+    /// The page bytes of the records since the last snapshot
+    /// (`self.pages.pending`).
+    pub pending_bytes: usize,
+    pub purges: Purges,
 }
 
 impl Writer {
@@ -284,19 +173,29 @@ impl Writer {
         let mut retry: Option<(Instant, u32)> = None;
         loop {
             if flying.len() < in_flight() {
+                let snapshot = self.pending_bytes >= SNAP_BYTES
+                    || idle && (!self.pages.pending.is_empty() || self.pages.log.over_bound());
                 // The queue's lock, then the directory's (`page_bytes`).
                 let log = &self.pages.log;
-                let (groups, bytes) = self.store.take(|records| log.page_bytes(records));
-                let clean = idle && self.pages.log.over_bound();
-                if !groups.is_empty() || clean {
+                let (groups, bytes) = match snapshot {
+                    true => Default::default(),
+                    false => self.store.take(|records| log.page_bytes(records)),
+                };
+                if snapshot || !groups.is_empty() {
                     idle = false;
                     batches += 1;
-                    let sent = self.send(&groups, bytes, batches, &mut flying).await;
+                    let sent = match snapshot {
+                        true => self.snapshot(batches, &mut flying).await,
+                        false => self.send(groups, bytes, batches, &mut flying).await,
+                    };
                     if let Err(e) = sent {
                         return e;
                     }
                     continue;
                 }
+            }
+            if let Some(below) = self.purges.due(Instant::now()) {
+                self.purge(below);
             }
             let room = flying.len() < in_flight();
             let Some(oldest) = flying.front_mut() else {
@@ -337,6 +236,9 @@ impl Writer {
                         tracing::warn!("the stream takes batches again after {:?}", since.elapsed());
                     }
                     let done = flying.pop_front().expect("the oldest batch");
+                    if let Some(from) = done.snapshot {
+                        self.purges.snapshot(Instant::now(), from);
+                    }
                     if let Some(last) = done.last {
                         self.store.queue().acknowledged(last);
                         self.store.progress.send_modify(|p| {
@@ -351,25 +253,63 @@ impl Writer {
         }
     }
 
-    /// Packs `groups`, whose pages hold about `bytes`, and sends them (see
-    /// the module docs); the last batch sent carries the last group's
-    /// submission number.
+    /// Sends `groups`, whose pages would hold about `bytes`, as change
+    /// messages; their records wait for the next snapshot.
     async fn send(
         &mut self,
-        groups: &[(Seq, Vec<Record>)],
+        groups: Vec<(Seq, Vec<Record>)>,
         bytes: usize,
         number: u64,
         flying: &mut VecDeque<Flying>,
     ) -> Result<(), WriteError> {
         let records = || groups.iter().flat_map(|(_, records)| records);
-        // A group too big for one batch is sent in several, uncleaned, so
-        // that no part of it frees a slot another part still needs.
-        let clean = if bytes <= BATCH_BYTES { CLEAN_PAGES } else { 0 };
+        let highest = records()
+            .filter_map(|r| match r {
+                Record::Put(image) => Some(image.id),
+                _ => None,
+            })
+            .max();
+        if let Some(ceiling) = highest.and_then(|h| raise_id_ceiling(self.meta.ids_below, h)) {
+            self.meta.ids_below = ceiling;
+        }
+        let first = self.pages.last_change + 1;
+        let encoded = changes::encode(records(), first, self.meta.ids_below, self.limit);
+        self.pages.last_change += encoded.len() as u64;
+        let messages: Vec<(String, Bytes)> = encoded
+            .into_iter()
+            .map(|(n, change)| (self.subjects.change(n), change))
+            .collect();
+        self.purges
+            .changed(messages.iter().map(|(_, m)| m.len()).sum());
+        let last = groups.last().map(|(seq, _)| *seq);
+        let records = groups.into_iter().flat_map(|(_, records)| records);
+        let pending = (self.pages.last_change, records.collect());
+        self.pages.pending.push(pending);
+        self.pending_bytes += bytes;
+        self.dispatch(messages, number, last, None, flying).await
+    }
+
+    /// Packs the records since the last snapshot into pages, cleaning the
+    /// log if the snapshot stays one batch ([`CLEAN_WITHIN`]), and sends
+    /// them, then a meta message naming the last change they cover (see
+    /// the module docs).
+    async fn snapshot(
+        &mut self,
+        number: u64,
+        flying: &mut VecDeque<Flying>,
+    ) -> Result<(), WriteError> {
+        let pending = std::mem::take(&mut self.pages.pending);
+        let bytes = std::mem::take(&mut self.pending_bytes);
+        let clean = if bytes <= CLEAN_WITHIN {
+            CLEAN_PAGES
+        } else {
+            0
+        };
         let Pages { log, by_slot, .. } = &mut self.pages;
         // Every page is at hand (`by_slot`): no cache to ask first.
         let packed = pack(
             log,
-            records(),
+            pending.iter().flat_map(|(_, records)| records),
             clean,
             |_| None,
             |slot| Ok(by_slot.get(&slot).map(|page| page.to_vec())),
@@ -381,21 +321,24 @@ impl Writer {
             .into_iter()
             .map(|(slot, page)| (self.subjects.page(slot), page))
             .collect();
-        let highest = records()
-            .filter_map(|r| match r {
-                Record::Put(image) => Some(image.id),
-                _ => None,
-            })
-            .max();
-        let raised = highest.and_then(|h| raise_id_ceiling(self.meta.ids_below, h));
-        if let Some(ceiling) = raised {
-            self.meta.ids_below = ceiling;
-        }
-        // The meta message only when the ceiling moves (or the batch would
-        // be empty): most batches are then their pages alone.
-        if raised.is_some() || messages.is_empty() {
-            messages.push((self.subjects.meta(), Bytes::from(self.meta.encode())));
-        }
+        self.meta.snap = self.pages.last_change;
+        messages.push((self.subjects.meta(), Bytes::from(self.meta.encode())));
+        let from = self.pages.last_seq + 1;
+        self.dispatch(messages, number, None, Some(from), flying)
+            .await
+    }
+
+    /// Sends `messages` as batch `number`, in parts of at most
+    /// [`MAX_BATCH`], each chained on the one before; the last part
+    /// carries `last` (the last submission in them) and `snapshot`.
+    async fn dispatch(
+        &mut self,
+        messages: Vec<(String, Bytes)>,
+        number: u64,
+        last: Option<Seq>,
+        snapshot: Option<u64>,
+        flying: &mut VecDeque<Flying>,
+    ) -> Result<(), WriteError> {
         let parts = messages.len().div_ceil(MAX_BATCH);
         for (part, chunk) in messages.chunks(MAX_BATCH).enumerate() {
             let id = format!("e{}b{number}p{part}", self.meta.epoch);
@@ -419,21 +362,33 @@ impl Writer {
                 Err(refusal) => return Err(refusal.into()),
             };
             self.pages.last_seq = end;
-            let last = groups
-                .last()
-                .map(|(seq, _)| *seq)
-                .filter(|_| part + 1 == parts);
+            let is_last = part + 1 == parts;
             flying.push_back(Flying {
                 sent,
                 id,
                 messages: chunk.to_vec(),
                 chain,
                 end,
-                last,
+                last: last.filter(|_| is_last),
                 ids_below: self.meta.ids_below,
+                snapshot: snapshot.filter(|_| is_last),
             });
         }
         Ok(())
+    }
+
+    /// Purges the change messages below stream sequence `below`, which a
+    /// snapshot covers, without waiting: a purge is not fenced, but all it
+    /// removes is in the snapshot, so even a deposed leader's loses
+    /// nothing.
+    fn purge(&self, below: u64) {
+        let (stream, filter) = (self.stream.clone(), self.subjects.changes());
+        tokio::spawn(async move {
+            let purged = stream.purge().filter(filter).sequence(below).await;
+            if let Err(e) = purged {
+                tracing::warn!("cannot purge the change messages below {below}: {e}");
+            }
+        });
     }
 
     /// The stream could not take the oldest batch now (an election, a lost

@@ -226,6 +226,17 @@ impl Engine {
         self.jobs.stored_len(self.jobs.find(id)?)
     }
 
+    /// Whether the engine holds job `id`.
+    pub fn holds(&self, id: JobId) -> bool {
+        self.jobs.find(id).is_some()
+    }
+
+    /// A copy of job `id`'s body as the engine holds it (a standby applies
+    /// a change that carries none); `None` if there is no such job.
+    pub fn body_of(&self, id: JobId) -> Option<bytes::Bytes> {
+        self.jobs.find(id).map(|slot| self.jobs.body_bytes(slot))
+    }
+
     /// Removes a job whose put the store failed to keep, whatever state it
     /// has reached meanwhile (its put was never acknowledged).
     pub fn forget(&mut self, id: JobId) {

@@ -14,7 +14,9 @@
 //! frame. A frame that does not check out (a short length, a bad CRC) is
 //! where the journal ends: the tail a crash tore, never replayed.
 
-use super::entry::{self, Entries};
+use super::corrupt::Corrupt;
+use super::entry::{self, Entries, Kind};
+use super::record;
 use crate::engine::{Record, FRAME_BYTES};
 
 /// The header's size; the engine charges it to every command.
@@ -90,6 +92,36 @@ pub fn read(bytes: &[u8]) -> Option<Frame<'_>> {
     })
 }
 
+/// One whole frame of `records` (a cluster's change message).
+pub fn of<'a>(
+    commit: u64,
+    ids_below: u64,
+    records: impl IntoIterator<Item = &'a Record>,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let start = begin(&mut out, commit, ids_below);
+    for record in records {
+        push(&mut out, record);
+    }
+    finish(&mut out, start);
+    out
+}
+
+/// The records a frame holds, as [`push`] wrote them: a put's whole
+/// image, an update's image without its body, a delete.
+pub fn records(frame: &Frame) -> Result<Vec<Record>, Corrupt> {
+    let mut records = Vec::new();
+    for entry in frame.entries.clone() {
+        let entry = entry?;
+        records.push(match entry.kind {
+            Kind::Image(raw) => Record::Put(record::decode_job(raw)?),
+            Kind::State(raw) => Record::Update(record::decode_state(raw)?),
+            Kind::Tombstone => Record::Delete(entry.id),
+        });
+    }
+    Ok(records)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +156,26 @@ mod tests {
         let empty = frame(3, &[]);
         assert_eq!(empty.len(), HEADER_LEN);
         assert_eq!(read(&empty).unwrap().entries.count(), 0);
+    }
+
+    #[test]
+    fn a_frames_records_read_back_as_written() {
+        let mut bare = image(7, 0);
+        bare.pri = 9;
+        let written = [
+            Record::Put(image(7, 100)),
+            Record::Update(bare),
+            Record::Delete(7),
+        ];
+        let bytes = of(12, 500, &written);
+        let frame = read(&bytes).unwrap();
+        assert_eq!(
+            (frame.commit, frame.ids_below, frame.len),
+            (12, 500, bytes.len())
+        );
+        assert_eq!(records(&frame).unwrap(), written);
+        let empty = of(1, 1, &[]);
+        assert!(records(&read(&empty).unwrap()).unwrap().is_empty());
     }
 
     #[test]

@@ -78,10 +78,14 @@ pub(crate) use corrupt::Corrupt;
 #[cfg(test)]
 pub(crate) use entry::tests::image as test_image;
 pub(crate) use entry::Kind as EntryKind;
+pub(crate) use frame::{
+    of as frame_of, pushed_len as frame_pushed_len, read as read_frame, records as frame_records,
+    HEADER_LEN as FRAME_HEADER_LEN,
+};
 pub(crate) use ids::raise as raise_id_ceiling;
 pub(crate) use log::Log;
 pub(crate) use pack::{pack, Packed};
-pub(crate) use page::read as page_entries;
+pub(crate) use page::{read as page_entries, PAGE_BYTES};
 pub(crate) use record::decode_job;
 pub(crate) use slots::Slot;
 

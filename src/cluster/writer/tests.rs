@@ -3,7 +3,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sprout_protocol::{Command, Response};
 
-use super::ClusterStore;
+use crate::cluster::cluster_store::ClusterStore;
 use crate::engine::{Clock, Engine, EngineConfig, Outcome};
 use crate::shared::{Shared, Submission};
 use crate::store::Store;

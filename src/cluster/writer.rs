@@ -173,8 +173,9 @@ impl Writer {
         let mut retry: Option<(Instant, u32)> = None;
         loop {
             if flying.len() < in_flight() {
-                let snapshot = self.pending_bytes >= SNAP_BYTES
-                    || idle && (!self.pages.pending.is_empty() || self.pages.log.over_bound());
+                let waiting = !self.pages.pending.is_empty();
+                let over = self.pages.log.over_bound();
+                let snapshot = snapshot_due(self.pending_bytes, idle, waiting, over);
                 // The queue's lock, then the directory's (`page_bytes`).
                 let log = &self.pages.log;
                 let (groups, bytes) = match snapshot {
@@ -472,6 +473,14 @@ impl Writer {
             }
         }
     }
+}
+
+/// Whether the writer sends a snapshot now: the records since the last
+/// one (`waiting`, of `bytes` in pages) would fill [`SNAP_BYTES`], or the
+/// writer is `idle` and has records to pack or a log `over` its bound to
+/// clean.
+fn snapshot_due(bytes: usize, idle: bool, waiting: bool, over: bool) -> bool {
+    bytes >= SNAP_BYTES || idle && (waiting || over)
 }
 
 /// Whether the stream message at a batch's end, `found` (subject and

@@ -76,3 +76,20 @@ fn a_standby_failure_fails_only_its_own_writer() {
     assert_eq!(nothing.seq, wrote.seq);
     assert!(!nothing.own && !nothing.failed(&progress), "{nothing:?}");
 }
+
+#[test]
+fn a_snapshot_is_due_when_its_records_fill_enough_pages_or_the_writer_idles() {
+    use super::{snapshot_due, SNAP_BYTES};
+    // (page bytes waiting, idle, records waiting, log over its bound, due)
+    for (bytes, idle, waiting, over, due) in [
+        (0, false, false, false, false),
+        (SNAP_BYTES - 1, false, true, true, false),
+        (SNAP_BYTES, false, true, false, true),
+        (10, true, true, false, true),
+        (0, true, false, true, true),
+        (0, true, false, false, false),
+    ] {
+        let got = snapshot_due(bytes, idle, waiting, over);
+        assert_eq!(got, due, "{bytes} {idle} {waiting} {over}");
+    }
+}

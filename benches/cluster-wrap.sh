@@ -15,18 +15,26 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 sprout=${SPROUT:-${CARGO_TARGET_DIR:-$here/target}/release/sprout}
 nats=${NATS_SERVER:-$here/target/nats/bin/nats-server}
-args=()
+args=() own_port=""
 while (($#)); do
     case $1 in
         -b | -f) shift 2 ;;
+        -p) own_port=$2; args+=("$1" "$2"); shift 2 ;;
         *) args+=("$1"); shift ;;
     esac
 done
 source "$here/benches/servers.sh"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cluster-wrap.XXXXXX")
+# sprout binds its port only once the NATS servers are up: none of them
+# may take it meanwhile (a client would then get NATS's INFO line).
+nats_port() {
+    local port
+    while port=$(free_port) && [[ $port == "$own_port" ]]; do :; done
+    echo "$port"
+}
 client=() route=() monitor=()
 for i in 0 1 2; do
-    client+=("$(free_port)") route+=("$(free_port)") monitor+=("$(free_port)")
+    client+=("$(nats_port)") route+=("$(nats_port)") monitor+=("$(nats_port)")
 done
 routes="nats://127.0.0.1:${route[0]}, nats://127.0.0.1:${route[1]}, nats://127.0.0.1:${route[2]}"
 pids=()

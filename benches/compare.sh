@@ -150,7 +150,11 @@ run() {
         echo "${line/#\{/$prefix}" >>"$out"
     else
         failures=$((failures + 1))
-        echo "compare.sh: $mode $label $side round $round failed: $(cat "$work/load.err")" >&2
+        # The server's own words on it outlive the run.
+        local kept
+        kept=$(mktemp "${TMPDIR:-/tmp}/compare-failed.XXXXXX.log")
+        cp "$work/server.log" "$kept" 2>/dev/null || true
+        echo "compare.sh: $mode $label $side round $round failed (server log: $kept): $(cat "$work/load.err")" >&2
         echo "${prefix}\"error\":$(python3 -c 'import json, sys; print(json.dumps(sys.stdin.read()))' <"$work/load.err")}" >>"$out"
     fi
     stop_server

@@ -59,8 +59,14 @@ const _: () = {
     // The meta message beside them.
     assert!(pages + CLEAN_PAGES < MAX_BATCH);
 };
-/// Batches on their way to the stream at once (at most [`FENCES`]).
-const IN_FLIGHT: usize = 8;
+/// Batches on their way to the stream at once (at most [`FENCES`]). One:
+/// the NATS servers' CPU follows the batches, not their size, so the
+/// fewer and fuller the better, and on this 2-core machine one batch at
+/// a time gathered more jobs a second too (pingpong 25+25: 1.11x the jobs
+/// a second of two in flight and 0.8x the NATS CPU a job; 8, the default
+/// until 2026-12-05, cost 1.3x the NATS CPU of one; put, 50 conns: the
+/// same; benches/RESULTS.md "session 21").
+const IN_FLIGHT: usize = 1;
 
 /// [`IN_FLIGHT`], or `SPROUT_CLUSTER_IN_FLIGHT` (a benchmark knob, 1 to
 /// [`FENCES`]).

@@ -193,7 +193,10 @@ impl Pages {
                 EntryKind::State(_) => return Err(bad(Corrupt("a job's state in a page"))),
             }
         }
-        self.by_slot.insert(slot, payload);
+        // A copy: the payload is a slice of the NATS client's read buffer,
+        // and a page kept for long would keep the whole buffer, change
+        // messages and all (1M jobs: 1.45x the leader's RSS).
+        self.by_slot.insert(slot, Bytes::copy_from_slice(&payload));
         Ok(())
     }
 

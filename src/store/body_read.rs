@@ -227,16 +227,19 @@ impl Bodies {
     /// Job `id`'s body. A damaged store's failure is counted
     /// (`body-cache-read-errors`) and logged with the job's id.
     pub fn body(&self, id: JobId) -> Result<Bytes, Failed> {
-        match self.cache.get(id) {
+        match self.cached(id) {
             Some(body) => Ok(body),
-            None => self.read(id),
+            None => {
+                self.cache.missed();
+                self.read(id)
+            }
         }
     }
 
     /// Job `id`'s body if the cache holds it (a hit counted; a miss is
     /// the caller's to count, `BodyCache::missed`).
     pub fn cached(&self, id: JobId) -> Option<Bytes> {
-        self.cache.find(id)
+        self.cache.find(id).map(|(body, _)| body)
     }
 
     /// Job `id`'s body read from its page (blocks; see the module docs),
@@ -254,7 +257,7 @@ impl Bodies {
         };
         let got = read(&self.dir, read_page, id).map(|(body, neighbors)| {
             let read = std::iter::once((id, body.clone()));
-            self.cache.offer(read.chain(neighbors));
+            self.cache.offer(read.chain(neighbors), None);
             body
         });
         if let Err(Failed::Damaged(why)) = &got {

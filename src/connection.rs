@@ -328,8 +328,13 @@ where
         }
     }
 
-    /// Reads the bodies the body cache did not hold (`fill.rs`).
+    /// Reads the bodies the body cache did not hold (`fill.rs`), and wakes
+    /// the read-ahead if a hit of this flush's asked it for pages (not
+    /// under the engine lock, where the hit was: `store/read_ahead.rs`).
     async fn fill_cold(&mut self, shared: &Shared) {
+        if let Some(bodies) = shared.store.bodies() {
+            bodies.wake_ahead();
+        }
         let (Some(bodies), true) = (
             shared.store.bodies(),
             self.answers.iter().any(|l| !l.cold.is_empty()),

@@ -7,7 +7,11 @@
 //! the body (a short lock of its own, never a disk read): [`from_cache`].
 //! What it does not hold is *cold*, and read from sled on a blocking
 //! thread after the engine lock is released, before the reply is written:
-//! [`from_disk`]. No other connection waits for that read.
+//! [`from_disk`]. No other connection waits for that read, and a drain
+//! seldom has one: the pages after a cold read's are read ahead in the
+//! background (`store/read_ahead.rs`); a hit on a body so read asks for
+//! more, queued under the lock, the reader woken by the flush
+//! (`Bodies::wake_ahead`).
 //!
 //! A body that cannot be read back never goes out as another one: the
 //! reply becomes NOT_FOUND for a `peek` whose job was deleted meanwhile

@@ -200,3 +200,45 @@ fn the_http_api_reads_a_body_from_the_disk() {
     let gone = http.raw("GET", &format!("/api/jobs/{id}/body"), &[], None);
     assert_eq!(gone.status, 404);
 }
+
+/// A drain of a backlog larger than the cache, after a restart (every
+/// body cold): each cold read has the pages after its own read ahead, and
+/// each page read ahead the ones after it (`store/read_ahead.rs`), so few
+/// reserves wait for a read: without it, one in a page did.
+#[test]
+fn a_drain_past_the_cache_waits_for_few_reads() {
+    if !common::sprout_only("a_drain_past_the_cache_waits_for_few_reads") {
+        return;
+    }
+    const JOBS: usize = 6000;
+    const SIZE: usize = 256;
+    let dir = TempDir::new();
+    let store = dir.path().join("store");
+    // ~2 MB of bodies, with each entry's charge.
+    let args = ["--body-cache", "1000000"];
+    let mut s = TestServer::start_with_store(&store, &args);
+    let mut c = s.connect();
+    for i in 0..JOBS {
+        c.put(&body(SIZE, i));
+    }
+    s.signal(libc::SIGTERM);
+    s.wait_exit(Duration::from_secs(10))
+        .expect("still running 10 s after SIGTERM");
+    let s = TestServer::start_with_store(&store, &args);
+    let mut c = s.connect();
+    assert_eq!(c.stat("body-cache-bytes"), "0", "a cold start");
+    for i in 0..JOBS {
+        let id = reserve(&mut c, "reserve\r\n", &body(SIZE, i));
+        c.exchange(format!("delete {id}\r\n").as_bytes(), b"DELETED\r\n");
+    }
+    let reads = misses(&mut c);
+    let hits: u64 = c.stat("body-cache-hits").parse().unwrap();
+    assert_eq!(reads + hits, JOBS as u64);
+    // A 4 KiB page holds 13 of these jobs: ~460 pages.
+    let pages = (JOBS / 13) as u64;
+    assert!(
+        reads * 10 < pages,
+        "{reads} reserves of {JOBS} waited for a read"
+    );
+    assert_eq!(c.stat("body-cache-read-errors"), "0");
+}

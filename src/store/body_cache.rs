@@ -62,6 +62,9 @@ struct Slot {
     /// CLOCK's bit: used since the hand last passed.
     referenced: bool,
     pinned: bool,
+    /// Marked by a read-ahead (`read_ahead.rs`): the first body of a page
+    /// it read, whose first hit asks for the pages after it.
+    ahead: bool,
 }
 
 impl Slot {
@@ -114,23 +117,27 @@ impl BodyCache {
         self.ring.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The body of `id`, if held (counted as a hit or a miss).
+    /// The body of `id`, if held (counted as a hit or a miss; a mark goes
+    /// unheeded): the tests' lookup. The store's is [`BodyCache::find`].
+    #[cfg(test)]
     pub fn get(&self, id: JobId) -> Option<Bytes> {
-        let body = self.find(id);
+        let body = self.find(id).map(|(body, _)| body);
         if body.is_none() {
             self.missed();
         }
         body
     }
 
-    /// The body of `id`, if held: counted as a hit, but a miss is the
-    /// caller's to count ([`BodyCache::missed`]), if it was one.
-    pub fn find(&self, id: JobId) -> Option<Bytes> {
-        let body = self.lock().get(id);
-        if body.is_some() {
+    /// The body of `id`, if held, and whether this is the first hit on it
+    /// since an [`offer`](BodyCache::offer) marked it: counted as a hit,
+    /// but a miss is the caller's to count ([`BodyCache::missed`]), if it
+    /// was one.
+    pub fn find(&self, id: JobId) -> Option<(Bytes, bool)> {
+        let found = self.lock().get(id);
+        if found.is_some() {
             self.stats.body_cache.hits.fetch_add(1, RELAXED);
         }
-        body
+        found
     }
 
     /// Counts a miss.
@@ -160,15 +167,30 @@ impl BodyCache {
     }
 
     /// Holds each of `bodies` it does not hold already, unpinned, under
-    /// one hold of the lock: a cold read's page (`body_read.rs`).
-    pub fn offer(&self, bodies: impl IntoIterator<Item = (JobId, Bytes)>) {
+    /// one hold of the lock: a cold read's page (`body_read.rs`), a page
+    /// read ahead (`read_ahead.rs`). Marks `mark`'s entry, if held then
+    /// (see [`BodyCache::find`]). Returns the ids it put in: their jobs'
+    /// deletes may have been settled meanwhile (`read_ahead::keep`).
+    pub fn offer(
+        &self,
+        bodies: impl IntoIterator<Item = (JobId, Bytes)>,
+        mark: Option<JobId>,
+    ) -> Vec<JobId> {
         let mut ring = self.lock();
+        let mut new = Vec::new();
         for (id, body) in bodies {
-            if !ring.index.contains(id) {
-                ring.put(id, body, false);
+            if !ring.index.contains(id) && ring.put(id, body, false) {
+                new.push(id);
             }
         }
+        if let Some(at) = mark.and_then(|id| ring.index.get(id)) {
+            ring.slots[at as usize]
+                .as_mut()
+                .expect("indexed slots hold")
+                .ahead = true;
+        }
         self.publish(&mut ring);
+        new
     }
 
     /// Holds each of `bodies` as its job's, pinned until [`Settle::Unpin`],
@@ -215,6 +237,11 @@ impl BodyCache {
         self.publish(&mut ring);
     }
 
+    /// The bound (`--body-cache`).
+    pub fn bound(&self) -> u64 {
+        self.lock().max
+    }
+
     /// Sets the bound, evicting down to it.
     pub fn resize(&self, max: u64) {
         let mut ring = self.lock();
@@ -246,17 +273,20 @@ impl BodyCache {
 const RELAXED: std::sync::atomic::Ordering = std::sync::atomic::Ordering::Relaxed;
 
 impl Ring {
-    fn get(&mut self, id: JobId) -> Option<Bytes> {
+    /// The body of `id`, and whether it was marked (the mark goes).
+    fn get(&mut self, id: JobId) -> Option<(Bytes, bool)> {
         let at = self.index.get(id)?;
         let slot = self.slots[at as usize]
             .as_mut()
             .expect("indexed slots hold");
         debug_assert_eq!(slot.id, id);
         slot.referenced = true;
-        Some(slot.body.clone())
+        Some((slot.body.clone(), std::mem::take(&mut slot.ahead)))
     }
 
-    fn put(&mut self, id: JobId, body: Bytes, pin: bool) {
+    /// Holds `body` as `id`'s (unmarked); says whether it did (it may be
+    /// evicted again before this returns).
+    fn put(&mut self, id: JobId, body: Bytes, pin: bool) -> bool {
         // Held already only if read back while it was being put again
         // (recovery's tail): rare, so a miss here is the common case.
         let was_pinned = self.index.contains(id) && self.remove(id).is_some_and(|s| s.pinned);
@@ -264,13 +294,14 @@ impl Ring {
         // An unpinned body larger than the whole cache would only evict
         // everything else, then itself.
         if !pinned && charge(&body) > self.max {
-            return;
+            return false;
         }
         let slot = Slot {
             id,
             body,
             referenced: true,
             pinned,
+            ahead: false,
         };
         self.bytes += slot.charge();
         if pinned {
@@ -288,6 +319,7 @@ impl Ring {
         };
         self.index.insert(id, at);
         self.evict();
+        true
     }
 
     fn unpin(&mut self, id: JobId) {

@@ -29,8 +29,8 @@ use sprout_protocol::JobId;
 
 use super::body_cache::{BodyCache, Settle};
 use super::directory::{Directory, Found};
-use super::entry::Entry;
 use super::page;
+use super::read_ahead::{self, ReadAhead, Sled};
 use super::record;
 use super::slots::Slot;
 use crate::engine::{Record, INLINE_BODY};
@@ -112,20 +112,12 @@ pub fn read<V: AsRef<[u8]>>(
 /// holds (one that `body_in` found to be the page it looked for), for the
 /// body cache: jobs are packed in put order, so a drain asks for them
 /// next. A backlog larger than the cache drained at 0.27x the rate with
-/// bodies in RAM while every reserve read its own page (issue 33). Bodies
-/// no job changes, so any image's is its job's; an entry that does not
-/// check out is left out, and so is a body the engine holds itself, and a
-/// deleted job's (`dir` places it nowhere), which nothing would ask for.
+/// bodies in RAM while every reserve read its own page (issue 33). Which
+/// bodies: `read_ahead::live_bodies`.
 fn neighbors_in(dir: &Directory, value: &[u8], id: JobId) -> Neighbors {
-    let Ok((_, entries)) = page::read(value) else {
-        return Neighbors::new();
-    };
-    let body = |entry: Entry<'_>| {
-        let job = record::decode_job(entry.image()?).ok()?;
-        let kept = job.id == entry.id && job.id != id && job.body.len() > INLINE_BODY;
-        (kept && dir.find(job.id).is_some()).then_some((job.id, job.body))
-    };
-    entries.map_while(Result::ok).filter_map(body).collect()
+    let mut bodies = read_ahead::live_bodies(dir, value);
+    bodies.retain(|&(other, _)| other != id);
+    bodies
 }
 
 /// The epoch once the writer is not in the middle of a batch (or after
@@ -172,21 +164,25 @@ pub(super) fn body_in(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Mi
 }
 
 /// Bodies for replies: the cache's, else read from sled and kept in the
-/// cache. Used from a blocking thread (see the module docs).
+/// cache, and the pages after a read read ahead (`read_ahead.rs`). Used
+/// from a blocking thread (see the module docs).
 pub struct Bodies {
     pub cache: Arc<BodyCache>,
     pub dir: Arc<Directory>,
     /// sled, until the store closes: a handle kept here would keep sled's
     /// files locked after the absorber let go of its own.
-    db: Mutex<Option<::sled::Db>>,
+    pub(super) db: Sled,
+    pub(super) ahead: ReadAhead,
 }
 
 impl Bodies {
     pub fn new(cache: Arc<BodyCache>, dir: Arc<Directory>, db: ::sled::Db) -> Bodies {
+        let db: Sled = Arc::new(Mutex::new(Some(db)));
         Bodies {
+            ahead: ReadAhead::start(cache.clone(), dir.clone(), db.clone()),
             cache,
             dir,
-            db: Mutex::new(Some(db)),
+            db,
         }
     }
 
@@ -221,28 +217,49 @@ impl Bodies {
 
     /// Lets go of sled (the store is closing): reads fail from now on.
     pub fn close(&self) {
+        self.ahead.stop();
         self.db.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Job `id`'s body. A damaged store's failure is counted
     /// (`body-cache-read-errors`) and logged with the job's id.
     pub fn body(&self, id: JobId) -> Result<Bytes, Failed> {
-        match self.cache.get(id) {
-            Some(body) => Ok(body),
-            None => self.read(id),
+        match self.cached(id) {
+            Some(body) => {
+                self.ahead.wake();
+                Ok(body)
+            }
+            None => {
+                self.cache.missed();
+                self.read(id)
+            }
         }
     }
 
     /// Job `id`'s body if the cache holds it (a hit counted; a miss is
-    /// the caller's to count, `BodyCache::missed`).
+    /// the caller's to count, `BodyCache::missed`). The first body of a
+    /// page read ahead asks for the pages after it (queued only: this
+    /// runs under the engine lock; [`Bodies::wake_ahead`] wakes the
+    /// reader).
     pub fn cached(&self, id: JobId) -> Option<Bytes> {
-        self.cache.find(id)
+        let (body, marked) = self.cache.find(id)?;
+        if marked {
+            self.ahead.ask(id, true);
+        }
+        Some(body)
+    }
+
+    /// Wakes the read-ahead if a hit asked it for pages: called by a
+    /// connection with no lock held, before it writes its replies.
+    pub fn wake_ahead(&self) {
+        self.ahead.wake();
     }
 
     /// Job `id`'s body read from its page (blocks; see the module docs),
-    /// then held in the cache with the page's other bodies. Failures as
-    /// [`Bodies::body`]'s. A body an earlier read of its page brought in
-    /// is taken from the cache (a reply's miss was counted already).
+    /// then held in the cache with the page's other bodies, and the pages
+    /// after it read ahead. Failures as [`Bodies::body`]'s. A body an
+    /// earlier read of its page brought in is taken from the cache (a
+    /// reply's miss was counted already).
     pub fn read(&self, id: JobId) -> Result<Bytes, Failed> {
         if let Some(body) = self.cache.peek(id) {
             return Ok(body);
@@ -252,9 +269,12 @@ impl Bodies {
             Some(db) => db.get(page::page_key(slot)).map_err(io::Error::from),
             None => Err(io::Error::other("the store is closed")),
         };
+        let since = self.dir.epoch();
         let got = read(&self.dir, read_page, id).map(|(body, neighbors)| {
             let read = std::iter::once((id, body.clone()));
-            self.cache.offer(read.chain(neighbors));
+            read_ahead::keep(&self.cache, &self.dir, read.chain(neighbors), None, since);
+            self.ahead.ask(id, false);
+            self.ahead.wake();
             body
         });
         if let Err(Failed::Damaged(why)) = &got {

@@ -28,6 +28,7 @@
 //! - `body_cache.rs`: recently used bodies, for when the engine holds only
 //!   their length (issue 33); `directory.rs`: where stored jobs are, shared
 //!   with readers; `body_read.rs`: a body read back from its page, checked;
+//!   `read_ahead.rs`: the pages after it read in the background, for a drain;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -62,6 +63,7 @@ mod log;
 mod pack;
 mod page;
 mod places;
+mod read_ahead;
 mod reader;
 mod record;
 mod recover;

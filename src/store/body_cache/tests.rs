@@ -2,7 +2,8 @@
 //! removed, and the set of pinned ids. The cache may have evicted any
 //! unpinned body, but what it returns is exactly the model's body for that
 //! id, a pinned body is always there, and its bytes never exceed the bound
-//! plus the pinned ones.
+//! plus the pinned ones. A mark a read-ahead set is served once, on the
+//! first hit of the body it was set on, and never on another body.
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,6 +19,12 @@ enum Op {
         pin: bool,
     },
     Get(JobId),
+    /// A page's bodies offered (kept if not held), the one at `mark`
+    /// marked.
+    Offer {
+        bodies: Vec<(JobId, usize)>,
+        mark: Option<usize>,
+    },
     /// Each job unpinned, or removed if true (as sled takes records in).
     Settle(Vec<(JobId, bool)>),
     Remove(JobId),
@@ -29,6 +36,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (id.clone(), 0..600usize, any::<bool>()).prop_map(|(id, len, pin)| Op::Put { id, len, pin }),
         4 => id.clone().prop_map(Op::Get),
+        2 => (proptest::collection::vec((id.clone(), 0..600usize), 0..6), proptest::option::of(0..6usize))
+            .prop_map(|(bodies, mark)| Op::Offer { bodies, mark }),
         2 => proptest::collection::vec((id.clone(), any::<bool>()), 0..6).prop_map(Op::Settle),
         2 => id.prop_map(Op::Remove),
         1 => (0..4000u64).prop_map(Op::Resize),
@@ -49,6 +58,8 @@ fn body(id: JobId, serial: u64, len: usize) -> Bytes {
 struct Model {
     bodies: HashMap<JobId, Bytes>,
     pinned: HashSet<JobId>,
+    /// Marked, and not hit since.
+    marked: HashSet<JobId>,
 }
 
 impl Model {
@@ -88,21 +99,20 @@ fn run(ops: Vec<Op>, max: u64) {
                 let b = body(id, serial as u64, len);
                 cache.put(id, b.clone(), pin);
                 model.bodies.insert(id, b);
+                model.marked.remove(&id);
                 // Pinned stays pinned until unpinned, whatever is put.
                 if pin {
                     model.pinned.insert(id);
                 }
             }
-            Op::Get(id) => {
-                if let Some(got) = cache.get(id) {
-                    assert_eq!(Some(&got), model.bodies.get(&id), "job {id}");
-                }
-            }
+            Op::Get(id) => get(&cache, &mut model, id),
+            Op::Offer { bodies, mark } => offer(&cache, &mut model, serial, bodies, mark),
             Op::Settle(changes) => {
                 for &(id, remove) in &changes {
                     model.pinned.remove(&id);
                     if remove {
                         model.bodies.remove(&id);
+                        model.marked.remove(&id);
                     }
                 }
                 let changes = changes.iter().map(|&(id, remove)| match remove {
@@ -115,6 +125,7 @@ fn run(ops: Vec<Op>, max: u64) {
                 cache.remove(id);
                 model.bodies.remove(&id);
                 model.pinned.remove(&id);
+                model.marked.remove(&id);
                 assert_eq!(cache.get(id), None);
             }
             Op::Resize(bytes) => {
@@ -123,6 +134,44 @@ fn run(ops: Vec<Op>, max: u64) {
             }
         }
         check(&cache, &model, max);
+    }
+}
+
+/// A hit: the model's body, and the mark only if the model has it.
+fn get(cache: &BodyCache, model: &mut Model, id: JobId) {
+    let Some((got, marked)) = cache.find(id) else {
+        return;
+    };
+    assert_eq!(Some(&got), model.bodies.get(&id), "job {id}");
+    assert_eq!(marked, model.marked.remove(&id), "job {id}'s mark");
+}
+
+/// Bodies offered: those the cache says it put in are the model's now,
+/// the others it held already (`check` compares them).
+fn offer(
+    cache: &BodyCache,
+    model: &mut Model,
+    serial: usize,
+    bodies: Vec<(JobId, usize)>,
+    mark: Option<usize>,
+) {
+    let mark = mark.and_then(|at| bodies.get(at)).map(|&(id, _)| id);
+    // A page holds one image a job.
+    let mut ids = HashSet::new();
+    let offered: Vec<(JobId, Bytes)> = (bodies.iter())
+        .filter(|(id, _)| ids.insert(*id))
+        .map(|&(id, len)| (id, body(id, serial as u64, len)))
+        .collect();
+    let new = cache.offer(offered.clone(), mark);
+    for (id, b) in offered {
+        // (One held may have been evicted by the offer's own, then put.)
+        if new.contains(&id) {
+            model.bodies.insert(id, b);
+            model.marked.remove(&id);
+        }
+    }
+    if let Some(id) = mark.filter(|&id| cache.peek(id).is_some()) {
+        model.marked.insert(id);
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -106,11 +107,22 @@ impl TestServer {
     fn spawn_in(dir: TempDir, args: &[&str], addr: Addr) -> Result<TestServer, String> {
         let stderr_path = dir.path().join("stderr");
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| e.to_string())?;
-        let child = Command::new(binary())
+        let mut command = Command::new(binary());
+        command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr(stderr);
+        // The server starts with SIGHUP's default action, as under systemd
+        // or a shell, even when the tests run under `nohup` (which ignores
+        // it, and an ignored signal stays ignored across exec).
+        unsafe {
+            command.pre_exec(|| {
+                libc::signal(libc::SIGHUP, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", binary().display()))?;
         let mut server = TestServer { child, addr, dir };

@@ -30,7 +30,7 @@ use crate::store::{
 
 /// A change message read back.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Change {
+pub struct ChangeMessage {
     /// Its number (`N` in its subject).
     pub number: u64,
     /// No job id at or above this had been handed out.
@@ -70,12 +70,12 @@ pub fn encode<'a>(
 }
 
 /// Reads a change message back; anything but one whole frame is corrupt.
-pub fn decode(payload: &[u8]) -> Result<Change, Corrupt> {
+pub fn decode(payload: &[u8]) -> Result<ChangeMessage, Corrupt> {
     let frame = read_frame(payload).ok_or(Corrupt("a damaged change message"))?;
     if frame.len != payload.len() {
         return Err(Corrupt("bytes after a change message's frame"));
     }
-    Ok(Change {
+    Ok(ChangeMessage {
         number: frame.commit,
         ids_below: frame.ids_below,
         records: frame_records(&frame)?,

@@ -20,7 +20,8 @@ use crate::store::{Progress, Seq, Store};
 /// Records taken into one batch, in the bytes their pages will hold
 /// (`Log::page_bytes`: an update counts its body, which it does not carry
 /// but its new image holds).
-pub(super) const BATCH_BYTES: usize = 1 << 20;
+const BATCH_BYTES: usize = 1 << 20;
+
 #[derive(Default)]
 pub(super) struct Queue {
     last: Seq,

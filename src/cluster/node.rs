@@ -133,7 +133,10 @@ impl Connected {
     /// the server's largest message (one job's record is smaller still,
     /// [`Connected::max_job_size`]).
     fn change_limit(&self) -> usize {
-        self.client.server_info().max_payload - (16 << 10)
+        self.client
+            .server_info()
+            .max_payload
+            .saturating_sub(16 << 10)
     }
 
     /// At a graceful stop: this node's claim on its id goes, so the same

@@ -18,21 +18,14 @@
 //! job, on the thread that takes the journal in. Readers wait out a batch
 //! anyway.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use sprout_protocol::JobId;
 
+use super::page_table::PageTable;
 use super::places::{Place, Places};
 use super::slots::Slot;
-
-/// A stored page: where it is kept, and its size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Page {
-    pub slot: Slot,
-    pub bytes: u64,
-}
 
 /// What the lock guards.
 #[derive(Default)]
@@ -40,7 +33,7 @@ pub struct Map {
     /// Every stored job: the page holding its latest image.
     pub jobs: Places,
     /// Stored pages by sequence number.
-    pub pages: BTreeMap<u64, Page>,
+    pub pages: PageTable,
 }
 
 /// Where a job's latest image was, at one lookup.
@@ -71,7 +64,7 @@ impl Directory {
         let map = self.lock();
         let place = map.jobs.get(id)?;
         let seq = map.seq_of(place)?;
-        let page = map.pages.get(&seq)?;
+        let page = map.pages.get(seq)?;
         Some(Found {
             seq,
             slot: page.slot,
@@ -98,7 +91,7 @@ impl Map {
     /// run of consecutive sequence numbers, and a place keeps its low 32
     /// bits (`places.rs`).
     fn seq_of(&self, place: Place) -> Option<u64> {
-        let (&first, _) = self.pages.first_key_value()?;
+        let (first, _) = self.pages.first()?;
         Some(first + u64::from(place.page.wrapping_sub(first as u32)))
     }
 }
@@ -106,6 +99,7 @@ impl Map {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::page_table::Page;
 
     #[test]
     fn a_place_finds_its_page_by_the_low_bits() {

@@ -19,9 +19,10 @@ use std::sync::{Arc, MutexGuard};
 use sprout_protocol::JobId;
 
 use super::corrupt::Corrupt;
-use super::directory::{Directory, Map, Page};
+use super::directory::{Directory, Map};
 use super::entry::Kind;
 use super::page;
+use super::page_table::Page;
 use super::places::Place;
 use super::slots::{Slot, Slots};
 
@@ -215,7 +216,7 @@ impl Log {
     /// given to a newer page).
     pub fn unfollow_page(&mut self, seq: u64) {
         let mut held = self.hold();
-        if let Some(old) = held.map.pages.remove(&seq) {
+        if let Some(old) = held.map.pages.remove(seq) {
             held.own.stored_bytes -= old.bytes;
         }
     }
@@ -290,13 +291,13 @@ impl Held<'_> {
 
     /// Every slot no page holds is free to hand out.
     fn reslot(&mut self) {
-        self.own.slots = Slots::recovered(self.map.pages.values().map(|p| p.slot));
+        self.own.slots = Slots::recovered(self.map.pages.slots());
     }
 
     /// The oldest page, to clean next, if the log is over its bound and
     /// `cleaned` bytes are still within `budget`.
     pub fn to_clean(&self, budget: u64, cleaned: u64) -> Option<(u64, Slot)> {
-        let (&seq, p) = self.map.pages.first_key_value()?;
+        let (seq, p) = self.map.pages.first()?;
         (self.own.over_bound() && cleaned < budget).then_some((seq, p.slot))
     }
 

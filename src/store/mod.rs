@@ -62,6 +62,7 @@ mod keeper;
 mod log;
 mod pack;
 mod page;
+mod page_table;
 mod places;
 mod read_ahead;
 mod reader;

@@ -293,7 +293,7 @@ impl Reader {
     /// is no such page (yet) or the store closed. A page that cannot be
     /// read is passed over: a reply's own read reports a damaged store.
     fn page(&self, seq: u64) -> bool {
-        let Some(page) = self.dir.lock().pages.get(&seq).copied() else {
+        let Some(page) = self.dir.lock().pages.get(seq) else {
             return false;
         };
         let db = self.sled.lock().unwrap_or_else(|e| e.into_inner()).clone();

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::engine::JobImage;
-use crate::store::directory::Page;
 use crate::store::entry::tests::image;
 use crate::store::page::PageBuilder;
+use crate::store::page_table::Page;
 use crate::store::places::Place;
 
 /// A job whose body says whose it is.
@@ -183,7 +183,7 @@ fn a_moved_entry_is_looked_up_again() {
         if reads.get() == 1 {
             store.dir.change(|| {
                 let mut map = store.dir.lock();
-                map.pages.remove(&10);
+                map.pages.remove(10);
                 let bytes = moved.len() as u64;
                 map.pages.insert(11, Page { slot: 4, bytes });
                 map.jobs.insert(2, Place::new(11, lens[0]));

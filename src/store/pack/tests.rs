@@ -291,7 +291,7 @@ fn an_update_finds_its_body_where_cleaning_moved_it_even_in_its_own_batch() {
         let (stored, live) = store.log.sizes();
         let live = live - u64::from(dir.find(id).unwrap().len);
         let first_to_clean = stored > 2 * live + log::SLACK;
-        let oldest = dir.lock().pages.first_key_value().map(|(&seq, _)| seq);
+        let oldest = dir.lock().pages.first().map(|(seq, _)| seq);
         let one = dir.find(1).unwrap();
         if first_to_clean && oldest == Some(one.seq) {
             // The batch that cleans 1's page, the oldest, updates 1: its

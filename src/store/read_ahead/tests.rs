@@ -5,9 +5,9 @@
 
 use super::*;
 use crate::store::body_read::Bodies;
-use crate::store::directory::Page;
 use crate::store::entry::tests::image;
 use crate::store::page::PageBuilder;
+use crate::store::page_table::Page;
 use crate::store::places::Place;
 
 /// A body of 256 bytes that says whose it is.

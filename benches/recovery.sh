@@ -14,6 +14,10 @@
 # `-b`, sprout reads it back from the disk), and the reserve round trip's
 # p50/p99/max is reported beside the drain's rate.
 #
+# With --delay, the jobs are put delayed by that many seconds; after the
+# restart the drain (if asked for) starts once none is delayed any more, so
+# its reserves take jobs that came due in the recovered server.
+#
 # Usage: benches/recovery.sh [--jobs N] [--rounds R] [--size B] [--drain] [--out FILE] CMD...
 #   CMD       a server taking beanstalkd's `-l ADDR -p PORT -b DIR` (quote
 #             extra flags with it: 'sprout -f 0'); the first is the baseline
@@ -23,6 +27,7 @@
 #   --rounds  rounds of every server in turn (default 3)
 #   --size    body bytes (default 100)
 #   --drain   drain the restarted server, timing each reserve
+#   --delay   put the jobs delayed by this many seconds (default 0)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +36,7 @@ jobs=1000000
 rounds=3
 size=100
 drain=false
+delay=0
 out=""
 cmds=()
 while (($#)); do
@@ -39,6 +45,7 @@ while (($#)); do
         --rounds) rounds=$2; shift 2 ;;
         --size) size=$2; shift 2 ;;
         --drain) drain=true; shift ;;
+        --delay) delay=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         -*) echo "recovery.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -65,19 +72,21 @@ for round in $(seq "$rounds"); do
         cmd=${cmds[$side]}
         rm -rf "$work/data" && mkdir -p "$work/data"
         start_server "$cmd" -b "$work/data"
-        "$load" fill --conns 50 --jobs "$jobs" --size "$size" --addr "127.0.0.1:$port" --pid "$server_pid" >/dev/null
+        fill=$("$load" fill --conns 50 --jobs "$jobs" --size "$size" --delay "$delay" \
+            --addr "127.0.0.1:$port" --pid "$server_pid" | tail -1)
         stop_server KILL
         port=$(free_port)
         # Started and timed by Python, so the clock starts at exec.
-        python3 - "$cmd" "$port" "$work/data" "$jobs" "$side" "$round" "$drain" "$load" >>"$out" <<'PY'
+        python3 - "$cmd" "$port" "$work/data" "$jobs" "$side" "$round" "$drain" "$load" "$fill" >>"$out" <<'PY'
 import json, os, shlex, socket, subprocess, sys, time
-cmd, port, data, jobs, side, round_, drain, load = sys.argv[1:]
+cmd, port, data, jobs, side, round_, drain, load, fill = sys.argv[1:]
+fill = json.loads(fill)
 argv = shlex.split(cmd) + ["-l", "127.0.0.1", "-p", port, "-b", data]
 start = time.monotonic()
 server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-def ready_jobs():
-    """current-jobs-ready from `stats` (its reply: OK <bytes>, YAML), or
-    None while the server does not answer."""
+def held_jobs():
+    """(current-jobs-ready, current-jobs-delayed) from `stats` (its reply:
+    OK <bytes>, YAML), or None while the server does not answer."""
     try:
         with socket.create_connection(("127.0.0.1", int(port)), timeout=5) as s:
             s.sendall(b"stats\r\n")
@@ -89,13 +98,14 @@ def ready_jobs():
                 got += more
     except (OSError, IndexError, ValueError):
         return None
-    for line in got.decode().splitlines():
-        if line.startswith("current-jobs-ready:"):
-            return int(line.split(":")[1])
-    return None
+    fields = dict(l.split(": ", 1) for l in got.decode().splitlines() if ": " in l)
+    try:
+        return int(fields["current-jobs-ready"]), int(fields["current-jobs-delayed"])
+    except (KeyError, ValueError):
+        return None
 # Servers answer once recovery is done (sprout listens before, but accepts
 # after): the first answer is the time.
-while (ready := ready_jobs()) is None:
+while (held := held_jobs()) is None:
     if server.poll() is not None:
         sys.exit(f"recovery.sh: {cmd} exited with {server.returncode}")
     time.sleep(0.005)
@@ -104,9 +114,12 @@ stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
 rss = next(int(l.split()[1]) for l in open(f"/proc/{server.pid}/status") if l.startswith("VmRSS:"))
 disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
-row = {"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "lost": int(jobs) - ready, "rss_kb": rss, "disk": disk}
+row = {"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "lost": int(jobs) - sum(held),
+       "rss_kb": rss, "disk": disk, "fill_jobs_per_sec": fill["jobs_per_sec"], "fill_rss_kb": fill["rss_kb"]}
 if drain == "true":
-    out = subprocess.run([load, "drain", "--no-fill", "--conns", "50", "--window", "1", "--jobs", str(ready),
+    while (held := held_jobs())[1] > 0:
+        time.sleep(1)
+    out = subprocess.run([load, "drain", "--no-fill", "--conns", "50", "--window", "1", "--jobs", str(held[0]),
                           "--addr", f"127.0.0.1:{port}", "--pid", str(server.pid)],
                          check=True, capture_output=True, text=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
@@ -131,8 +144,8 @@ base = by[0]
 print(f"{len(base)} rounds; recovery = exec until `stats` first answers; ratio to the first server per round (min–max)\n")
 drained = all("jobs_per_sec" in r for r in runs)
 extra = " cold drain jobs/s | reserve µs p50 / p99 / max |" if drained else ""
-print("| server | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB | jobs lost |" + extra)
-print("|---|---:|---|---:|---|---:|---:|---:|" + ("---:|---|" if drained else ""))
+print("| server | fill jobs/s | RSS after fill MB | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB | jobs lost |" + extra)
+print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|" + ("---:|---|" if drained else ""))
 for side, cmd in enumerate(cmds):
     rs = by.get(side, {})
     secs = [r["secs"] for r in rs.values()]
@@ -140,7 +153,9 @@ for side, cmd in enumerate(cmds):
     def ratio(key):
         per = [rs[i][key] / base[i][key] for i in rs if i in base and base[i][key]]
         return f"{statistics.median(per):.2f} ({min(per):.2f}–{max(per):.2f})" if per else "–"
-    print(f"| `{cmd}` | {statistics.median(secs):.2f} ({min(secs):.2f}–{max(secs):.2f}) "
+    print(f"| `{cmd}` | {statistics.median(r['fill_jobs_per_sec'] for r in rs.values()):,.0f} "
+          f"| {statistics.median(r['fill_rss_kb'] for r in rs.values()) / 1024:.0f} "
+          f"| {statistics.median(secs):.2f} ({min(secs):.2f}–{max(secs):.2f}) "
           f"| {ratio('secs')} | {statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) "
           f"| {ratio('cpu')} "
           f"| {statistics.median(r['rss_kb'] for r in rs.values()) / 1024:.0f} "

@@ -6,7 +6,8 @@
 # jobs (100-byte bodies, 50 connections), kill -9, then the server is
 # started again on DIR and timed from exec until `stats` first answers; the
 # jobs it then holds short of those put are reported as lost. Also reports the CPU time it used until then (threads
-# included), its RSS then and the directory's size. The machine is shared:
+# included), its RSS then and its peak RSS (recovery's own: the process is
+# new), and the directory's size. The machine is shared:
 # the CPU time is the figure other work moves least.
 #
 # With --drain, the restarted server is then drained (`load drain --no-fill`,
@@ -112,10 +113,11 @@ while (held := held_jobs()) is None:
 secs = time.monotonic() - start
 stat = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
 cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-rss = next(int(l.split()[1]) for l in open(f"/proc/{server.pid}/status") if l.startswith("VmRSS:"))
+status = {l.split(":")[0]: l.split()[1] for l in open(f"/proc/{server.pid}/status") if l.startswith("Vm")}
+rss, hwm = int(status["VmRSS"]), int(status["VmHWM"])
 disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(data) for f in fs)
 row = {"side": int(side), "round": int(round_), "secs": secs, "cpu": cpu, "lost": int(jobs) - sum(held),
-       "rss_kb": rss, "disk": disk, "fill_jobs_per_sec": fill["jobs_per_sec"], "fill_rss_kb": fill["rss_kb"]}
+       "rss_kb": rss, "hwm_kb": hwm, "disk": disk, "fill_jobs_per_sec": fill["jobs_per_sec"], "fill_rss_kb": fill["rss_kb"]}
 if drain == "true":
     while (held := held_jobs())[1] > 0:
         time.sleep(1)
@@ -144,8 +146,8 @@ base = by[0]
 print(f"{len(base)} rounds; recovery = exec until `stats` first answers; ratio to the first server per round (min–max)\n")
 drained = all("jobs_per_sec" in r for r in runs)
 extra = " cold drain jobs/s | reserve µs p50 / p99 / max |" if drained else ""
-print("| server | fill jobs/s | RSS after fill MB | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | disk MB | jobs lost |" + extra)
-print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|" + ("---:|---|" if drained else ""))
+print("| server | fill jobs/s | RSS after fill MB | recovery s (min–max) | ratio | CPU s (min–max) | CPU ratio | RSS after MB | peak RSS MB | disk MB | jobs lost |" + extra)
+print("|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|" + ("---:|---|" if drained else ""))
 for side, cmd in enumerate(cmds):
     rs = by.get(side, {})
     secs = [r["secs"] for r in rs.values()]
@@ -159,6 +161,7 @@ for side, cmd in enumerate(cmds):
           f"| {ratio('secs')} | {statistics.median(cpu):.2f} ({min(cpu):.2f}–{max(cpu):.2f}) "
           f"| {ratio('cpu')} "
           f"| {statistics.median(r['rss_kb'] for r in rs.values()) / 1024:.0f} "
+          f"| {statistics.median(r['hwm_kb'] for r in rs.values()) / 1024:.0f} "
           f"| {statistics.median(r['disk'] for r in rs.values()) / 2**20:.0f} "
           f"| {'/'.join(str(r['lost']) for r in rs.values())} |"
           + (f" {statistics.median(r['jobs_per_sec'] for r in rs.values()):,.0f} "

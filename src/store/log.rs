@@ -67,107 +67,38 @@ pub struct Held<'a> {
     own: &'a mut Own,
 }
 
-/// A live job's latest image in the pages replayed.
-#[derive(Clone, Copy, Debug)]
-pub struct Live<'a> {
-    pub id: JobId,
-    /// The index of its page.
-    pub page: usize,
-    pub bytes: &'a [u8],
+/// One entry of a page as recovery's first pass keeps it: no bytes.
+#[derive(Clone, Copy)]
+struct Seen {
+    id: JobId,
+    /// The entry's stored length.
+    len: u32,
+    /// An image, else a tombstone.
+    image: bool,
 }
 
-/// What replaying a store's pages found.
-pub struct Replayed<'a> {
-    pub log: Log,
-    /// The latest image of every live job, still encoded.
-    pub images: Vec<Live<'a>>,
-    /// Damaged entries skipped (only when salvaging).
-    pub skipped: usize,
+/// A page as recovery's first pass keeps it.
+struct PageSeen {
+    seq: u64,
+    slot: Slot,
+    bytes: u64,
+    entries: Vec<Seen>,
+}
+
+/// Rebuilds the log from every stored page, in whatever order they come
+/// ([`Replay::page`]): each page's entries are kept without their bytes,
+/// then applied in sequence order ([`Replay::finish`]). The pages
+/// themselves are not kept: holding every page until the end took a
+/// recovery of 10M 100-byte jobs to 3.1 GB of RSS, for a server that then
+/// serves them in 0.86 GB (issue 33).
+pub struct Replay {
+    pages: Vec<PageSeen>,
+    /// Damaged pages and entries skipped (only when salvaging).
+    skipped: usize,
+    salvage: bool,
 }
 
 impl Log {
-    /// Rebuilds the log from every stored page, given as (slot, value):
-    /// applies their entries in sequence order.
-    pub fn replay<V: AsRef<[u8]>>(
-        pages: &[(Slot, V)],
-        salvage: bool,
-    ) -> Result<Replayed<'_>, Corrupt> {
-        let mut log = Log::default();
-        let mut skipped = 0;
-        let mut read = Vec::with_capacity(pages.len());
-        for (at, (slot, value)) in pages.iter().enumerate() {
-            let value = value.as_ref();
-            match page::read(value) {
-                Ok((seq, entries)) => read.push((seq, *slot, value.len(), entries, at)),
-                Err(e) if salvage => {
-                    tracing::error!("skipping a damaged page: {e}");
-                    skipped += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        read.sort_by_key(|&(seq, ..)| seq);
-        let mut held = log.hold();
-        for (seq, slot, bytes, entries, _) in &read {
-            if held
-                .map
-                .pages
-                .insert(
-                    *seq,
-                    Page {
-                        slot: *slot,
-                        bytes: *bytes as u64,
-                    },
-                )
-                .is_some()
-            {
-                return Err(Corrupt("two pages with the same sequence number"));
-            }
-            held.own.stored_bytes += *bytes as u64;
-            held.own.next_seq = seq + 1;
-            for entry in entries.clone() {
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(e) if salvage => {
-                        tracing::error!("skipping the rest of a damaged page: {e}");
-                        skipped += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                match entry.kind {
-                    Kind::Image(_) => held.place(*seq, entry.id, entry.raw.len() as u32),
-                    Kind::Tombstone => _ = held.forget(entry.id),
-                    Kind::State(_) if salvage => {
-                        tracing::error!("skipping a job's state in a page");
-                        skipped += 1;
-                    }
-                    Kind::State(_) => return Err(Corrupt("a job's state in a page")),
-                }
-            }
-        }
-        // A second pass picks out the latest images, now that they are known.
-        let mut images = Vec::with_capacity(held.map.jobs.len());
-        for (seq, _, _, entries, at) in read {
-            for entry in entries.flatten() {
-                if let Some(bytes) = entry.image().filter(|_| held.is_live(seq, entry.id)) {
-                    images.push(Live {
-                        id: entry.id,
-                        page: at,
-                        bytes,
-                    });
-                }
-            }
-        }
-        held.reslot();
-        drop(held);
-        Ok(Replayed {
-            log,
-            images,
-            skipped,
-        })
-    }
-
     /// Where stored jobs are, for readers on other threads.
     pub fn directory(&self) -> Arc<Directory> {
         self.dir.clone()
@@ -237,6 +168,94 @@ impl Log {
     }
 }
 
+impl Replay {
+    pub fn new(salvage: bool) -> Replay {
+        Replay {
+            pages: Vec::new(),
+            skipped: 0,
+            salvage,
+        }
+    }
+
+    /// Takes in page `value`, stored in `slot`.
+    pub fn page(&mut self, slot: Slot, value: &[u8]) -> Result<(), Corrupt> {
+        let (seq, entries) = match page::read(value) {
+            Ok(read) => read,
+            Err(e) => return self.skip("a damaged page", e),
+        };
+        let mut seen = Vec::new();
+        for entry in entries {
+            let entry = match entry {
+                Ok(entry) => entry,
+                // Nothing after a damaged entry can be found.
+                Err(e) => {
+                    self.skip("the rest of a damaged page", e)?;
+                    break;
+                }
+            };
+            let image = match entry.kind {
+                Kind::Image(_) => true,
+                Kind::Tombstone => false,
+                Kind::State(_) => {
+                    self.skip("an entry", Corrupt("a job's state in a page"))?;
+                    continue;
+                }
+            };
+            let len = entry.raw.len() as u32;
+            seen.push(Seen {
+                id: entry.id,
+                len,
+                image,
+            });
+        }
+        self.pages.push(PageSeen {
+            seq,
+            slot,
+            bytes: value.len() as u64,
+            entries: seen,
+        });
+        Ok(())
+    }
+
+    /// Skips `what` when salvaging (counted and logged); else fails.
+    fn skip(&mut self, what: &str, e: Corrupt) -> Result<(), Corrupt> {
+        if !self.salvage {
+            return Err(e);
+        }
+        tracing::error!("skipping {what}: {e}");
+        self.skipped += 1;
+        Ok(())
+    }
+
+    /// The log the pages make, and how many damaged pages and entries
+    /// were skipped.
+    pub fn finish(mut self) -> Result<(Log, usize), Corrupt> {
+        self.pages.sort_unstable_by_key(|page| page.seq);
+        let mut log = Log::default();
+        let mut held = log.hold();
+        for page in &self.pages {
+            let stored = Page {
+                slot: page.slot,
+                bytes: page.bytes,
+            };
+            if held.map.pages.insert(page.seq, stored).is_some() {
+                return Err(Corrupt("two pages with the same sequence number"));
+            }
+            held.own.stored_bytes += page.bytes;
+            held.own.next_seq = page.seq + 1;
+            for entry in &page.entries {
+                match entry.image {
+                    true => held.place(page.seq, entry.id, entry.len),
+                    false => _ = held.forget(entry.id),
+                }
+            }
+        }
+        held.reslot();
+        drop(held);
+        Ok((log, self.skipped))
+    }
+}
+
 impl Own {
     fn over_bound(&self) -> bool {
         self.stored_bytes > 2 * self.live_bytes + SLACK
@@ -267,6 +286,11 @@ impl Held<'_> {
             self.own.live_bytes -= u64::from(old.len);
         }
         self.own.live_bytes += u64::from(len);
+    }
+
+    /// How many jobs have a stored image.
+    pub fn jobs(&self) -> usize {
+        self.map.jobs.len()
     }
 
     /// Whether the image of `id` in page `seq` is its latest.

@@ -69,7 +69,8 @@ fn open(dir: &std::path::Path) -> (DurableStore, Recovered, Vec<JobImage>) {
 }
 
 /// Opens the store in `dir`; also returns its jobs, checked to come in
-/// the order to restore them in: by id, buried jobs last in bury order.
+/// the order to restore them in: each once, buried jobs last in bury
+/// order.
 fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered, Vec<JobImage>) {
     let options = Options {
         dir: dir.to_path_buf(),
@@ -87,10 +88,12 @@ fn open_with(dir: &std::path::Path, policy: Policy) -> (DurableStore, Recovered,
         match DurableStore::open(&options, Arc::new(BinlogStats::default()), &mut jobs) {
             Ok((store, recovered)) => {
                 let key = |j: &JobImage| match j.state {
-                    Stored::Buried(seq) => (1, seq, j.id),
-                    _ => (0, j.id, 0),
+                    Stored::Buried(seq) => (1, seq),
+                    _ => (0, 0),
                 };
-                assert!(jobs.windows(2).all(|w| key(&w[0]) < key(&w[1])));
+                assert!(jobs.windows(2).all(|w| key(&w[0]) <= key(&w[1])));
+                let ids: std::collections::HashSet<_> = jobs.iter().map(|j| j.id).collect();
+                assert_eq!(ids.len(), jobs.len(), "a job restored twice");
                 assert_eq!(recovered.jobs, jobs.len());
                 return (store, recovered, jobs);
             }

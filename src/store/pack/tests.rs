@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::*;
 use crate::engine::Stored;
 use crate::store::entry::tests::image;
+use crate::store::log::Replay;
 
 type Pages = HashMap<Slot, Vec<u8>>;
 
@@ -22,13 +23,23 @@ fn apply(store: &mut Pages, packed: Packed) {
 
 /// The live jobs in `store`'s pages, decoded.
 fn jobs(store: &Pages) -> BTreeMap<JobId, JobImage> {
-    let pages: Vec<(Slot, &[u8])> = store.iter().map(|(&s, v)| (s, v.as_slice())).collect();
-    let replayed = Log::replay(&pages, false).unwrap();
-    let jobs = replayed.images.iter().map(|image| {
-        let job = record::decode_job(image.bytes).unwrap();
-        (job.id, job)
-    });
-    jobs.collect()
+    let mut replay = Replay::new(false);
+    for (&slot, value) in store {
+        replay.page(slot, value).unwrap();
+    }
+    let (mut log, _) = replay.finish().unwrap();
+    let held = log.hold();
+    let mut jobs = BTreeMap::new();
+    for value in store.values() {
+        let (seq, entries) = page::read(value).unwrap();
+        for entry in entries.map(Result::unwrap) {
+            if let Some(image) = entry.image().filter(|_| held.is_live(seq, entry.id)) {
+                let job = record::decode_job(image).unwrap();
+                jobs.insert(job.id, job);
+            }
+        }
+    }
+    jobs
 }
 
 fn live(store: &Pages) -> Vec<JobId> {

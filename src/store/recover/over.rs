@@ -2,6 +2,7 @@
 //! they touch.
 
 use std::io;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
@@ -10,33 +11,38 @@ use sprout_protocol::JobId;
 use super::damage::Damage;
 use super::files::Journal;
 use crate::engine::{JobImage, Record};
+use crate::store::body_read;
 use crate::store::corrupt::Corrupt;
+use crate::store::directory::Directory;
 use crate::store::entry::{Entry, Kind};
 use crate::store::frame;
-use crate::store::log::Live;
+use crate::store::page;
 use crate::store::record::{self, Decoder};
-use crate::store::slots::Slot;
 
-/// What sled holds: its commit and the live job images in its pages,
-/// sorted by id (the order they are restored in, and how a journal frame
-/// finds the image it lays a state over).
-pub struct Sled<'p> {
+/// What sled holds: its commit, and where each job's image is (the log
+/// recovery's first pass rebuilt), to read the body a journal frame's
+/// state goes with.
+pub struct Sled<'a> {
     pub commit: u64,
-    pub pages: &'p [(Slot, Bytes)],
-    pub images: Vec<Live<'p>>,
+    pub db: &'a ::sled::Db,
+    pub dir: Arc<Directory>,
 }
 
 impl Sled<'_> {
-    /// sled's image of job `id`, decoded.
-    pub fn image(&self, id: JobId, decoder: &mut Decoder) -> Result<Option<JobImage>, Corrupt> {
-        let Ok(at) = self.images.binary_search_by_key(&id, |image| image.id) else {
+    /// The body of job `id`'s image in sled, if it has one: a copy, not a
+    /// slice that would keep its page.
+    pub fn body(&self, id: JobId) -> Result<Option<Bytes>, Corrupt> {
+        let Some(found) = self.dir.find(id) else {
             return Ok(None);
         };
-        self.decode(&self.images[at], decoder).map(Some)
-    }
-
-    pub fn decode(&self, image: &Live, decoder: &mut Decoder) -> Result<JobImage, Corrupt> {
-        decoder.job(&self.pages[image.page].1, image.bytes)
+        let value = match self.db.get(page::page_key(found.slot)) {
+            Ok(Some(value)) => value,
+            Ok(None) => return Err(Corrupt("a job's page is missing")),
+            Err(_) => return Err(Corrupt("sled could not read a job's page")),
+        };
+        body_read::body_in(&value, found, id)
+            .map(Some)
+            .map_err(|_| Corrupt("a job's page does not hold its image"))
     }
 }
 /// The journal's last word on each job it touched (`None`: deleted), and
@@ -106,13 +112,13 @@ impl Over {
         let image = match entry.kind {
             Kind::Image(value) => Some(decoder.job(bytes, value)?),
             Kind::State(value) => {
-                let old = match self.jobs.get(&entry.id) {
-                    Some(old) => old.clone(),
-                    None => sled.image(entry.id, decoder)?,
+                let body = match self.jobs.get(&entry.id) {
+                    Some(old) => old.as_ref().map(|old| old.body.clone()),
+                    None => sled.body(entry.id)?,
                 };
-                match old {
-                    Some(old) => Some(JobImage {
-                        body: old.body,
+                match body {
+                    Some(body) => Some(JobImage {
+                        body,
                         ..record::decode_state(value)?
                     }),
                     // sled is past this frame and the job was deleted

@@ -67,6 +67,11 @@ pub struct Held<'a> {
     own: &'a mut Own,
 }
 
+/// How far past the run of stored pages a page's sequence number may be
+/// before it is damage ([`Replay::finish`]): one run has no gaps, but a
+/// page skipped when salvaging leaves one.
+const STRAY_SLACK: u64 = 1024;
+
 /// One entry of a page as recovery's first pass keeps it: no bytes.
 #[derive(Clone, Copy)]
 struct Seen {
@@ -217,6 +222,27 @@ impl Replay {
         Ok(())
     }
 
+    /// Drops the pages whose sequence number is outside the run the
+    /// others make (damage: a store's pages are one run of consecutive
+    /// numbers), when salvaging; else fails. The page table is indexed by
+    /// sequence number (`page_table.rs`), so a stray far off would make
+    /// it as long as the gap.
+    fn drop_strays(&mut self) -> Result<(), Corrupt> {
+        let Some(median) = self.pages.get(self.pages.len() / 2).map(|p| p.seq) else {
+            return Ok(());
+        };
+        let reach = self.pages.len() as u64 + STRAY_SLACK;
+        let before = self.pages.len();
+        self.pages.retain(|page| page.seq.abs_diff(median) <= reach);
+        for _ in self.pages.len()..before {
+            self.skip(
+                "a page",
+                Corrupt("a page numbered far outside the others' run"),
+            )?;
+        }
+        Ok(())
+    }
+
     /// Skips `what` when salvaging (counted and logged); else fails.
     fn skip(&mut self, what: &str, e: Corrupt) -> Result<(), Corrupt> {
         if !self.salvage {
@@ -231,6 +257,7 @@ impl Replay {
     /// were skipped.
     pub fn finish(mut self) -> Result<(Log, usize), Corrupt> {
         self.pages.sort_unstable_by_key(|page| page.seq);
+        self.drop_strays()?;
         let mut log = Log::default();
         let mut held = log.hold();
         for page in &self.pages {
@@ -333,3 +360,6 @@ impl Held<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

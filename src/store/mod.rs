@@ -19,10 +19,11 @@
 //! - `segment.rs`: journal files; `room.rs`: how much of them is free;
 //! - `ids.rs`: job ids never handed out twice;
 //! - `absorb.rs`: sled takes the journal in; `pack.rs`: records into pages;
-//!   `page.rs`, `log.rs`, `places.rs`, `slots.rs`, `blobs.rs`: how jobs are
-//!   kept in sled, and kept bounded;
-//! - `recover.rs`: sled, then the journal's tail, back at startup (its
-//!   `files.rs` reads and readies the journal, `over.rs` lays it over sled);
+//!   `page.rs`, `log.rs`, `places.rs`, `page_table.rs`, `slots.rs`,
+//!   `blobs.rs`: how jobs are kept in sled, and kept bounded;
+//! - `recover.rs`: sled (read twice, a page at a time), then the journal's
+//!   tail, back at startup (its `files.rs` reads and readies the journal,
+//!   `over.rs` lays it over sled);
 //! - `whole.rs`: whether sled holds all it says, so recovery can trust it;
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `body_cache.rs`: recently used bodies, for when the engine holds only

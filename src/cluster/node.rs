@@ -50,7 +50,7 @@ use super::subjects::{NameError, Subjects};
 use super::timing::TtlTooShort;
 use super::version;
 use super::writer::{WriteError, Writer};
-use crate::engine::{ClusterStats, Engine, JobImage};
+use crate::engine::{ClusterStats, Engine};
 use crate::shared::Shared;
 
 /// How long a request (a batch's acknowledgment among them) waits for
@@ -435,10 +435,13 @@ impl Follower {
                     Change::Job(image) => image,
                     Change::Unless(image) if state.engine.holds(image.id) => continue,
                     Change::Unless(image) => image,
-                    Change::Update(image) => match state.engine.body_of(image.id) {
-                        Some(body) => JobImage { body, ..image },
-                        None => return Err(NodeError::Unknown { id: image.id, seq }),
-                    },
+                    Change::Update(mut image) => {
+                        follow::carry(&mut image, now);
+                        match state.engine.update(&image) {
+                            true => continue,
+                            false => return Err(NodeError::Unknown { id: image.id, seq }),
+                        }
+                    }
                     Change::Deleted(id) => {
                         state.engine.forget(id);
                         continue;

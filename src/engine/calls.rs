@@ -6,6 +6,7 @@
 use sprout_protocol::{Command, JobId, Op, ProtocolError, Rejected, Response};
 
 use super::admission::Room;
+use super::bodies::Body;
 use super::clock::Time;
 use super::conn::{Conn, Wait};
 use super::conn::{ConnId, DEPARTED};
@@ -185,18 +186,43 @@ impl Engine {
     /// out as any reservation does (`conn_due`): its worker's connection
     /// was to the old leader, and is gone with it.
     pub fn restore(&mut self, image: &JobImage) {
+        self.restore_with(image, None);
+    }
+
+    /// A standby's change that carries no body (`cluster/follow.rs`):
+    /// job `image.id` is now as `image` says, its body the one it has,
+    /// whose handle moves over (the bytes are not copied, and a body only
+    /// the store keeps stays there). False if there is no such job.
+    pub fn update(&mut self, image: &JobImage) -> bool {
+        let Some(slot) = self.jobs.find(image.id) else {
+            return false;
+        };
+        let body = self.jobs.take_body(slot);
+        self.forget(image.id);
+        self.restore_with(image, Some(body));
+        true
+    }
+
+    /// [`Engine::restore`], with `body` the job's body if given (else
+    /// `image`'s).
+    fn restore_with(&mut self, image: &JobImage, body: Option<Body>) {
         self.next_job_id = self.next_job_id.max(image.id + 1);
         if self.on_restoring(image) {
+            if let Some(body) = body {
+                self.jobs.free_body(body);
+            }
             return;
         }
         let t = self.tubes.find_or_make(&image.tube);
-        let slot = self.jobs.insert(
-            image.id,
-            image.pri,
-            image.profile(t),
-            image.created,
-            &image.body,
-        );
+        let (id, pri, created) = (image.id, image.pri, image.created);
+        let slot = match body {
+            Some(body) => self
+                .jobs
+                .insert_with(id, pri, image.profile(t), created, body),
+            None => self
+                .jobs
+                .insert(id, pri, image.profile(t), created, &image.body),
+        };
         self.jobs.set_counts(slot, image.counts);
         if self.on_restored(slot, image) {
             return;
@@ -229,12 +255,6 @@ impl Engine {
     /// Whether the engine holds job `id`.
     pub fn holds(&self, id: JobId) -> bool {
         self.jobs.find(id).is_some()
-    }
-
-    /// A copy of job `id`'s body as the engine holds it (a standby applies
-    /// a change that carries none); `None` if there is no such job.
-    pub fn body_of(&self, id: JobId) -> Option<bytes::Bytes> {
-        self.jobs.find(id).map(|slot| self.jobs.body_bytes(slot))
     }
 
     /// Removes a job whose put the store failed to keep, whatever state it

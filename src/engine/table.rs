@@ -44,7 +44,7 @@ use std::ops::{Index, IndexMut};
 
 use sprout_protocol::JobId;
 
-use super::bodies::Bodies;
+use super::bodies::{Bodies, Body};
 use super::clock::Time;
 use super::counts::{Counter, Counts, Packed};
 use super::job::JobRow;
@@ -240,11 +240,25 @@ impl JobTable {
         created: Time,
         body: &[u8],
     ) -> JobSlot {
+        let body = self.bodies.put(body);
+        self.insert_with(id, pri, profile, created, body)
+    }
+
+    /// Stores a new ready job whose body is `body`, a handle taken from
+    /// the job's record before it was replaced ([`JobTable::take_body`]).
+    pub(super) fn insert_with(
+        &mut self,
+        id: JobId,
+        pri: u32,
+        profile: Profile,
+        created: Time,
+        body: Body,
+    ) -> JobSlot {
         if self.index.overfull(self.len + 1) {
             self.grow();
         }
         let mut job = JobRow::new(id, pri, self.profiles.acquire(profile), created);
-        job.set_body(self.bodies.put(body));
+        job.set_body(body);
         let slot = match self.free.pop() {
             Some(slot) => {
                 self.slab[slot.at()] = Some(job);
@@ -263,6 +277,21 @@ impl JobTable {
         self.len += 1;
         self.migrate(MIGRATE_STEP);
         slot
+    }
+
+    /// The body of the job in `slot`, whose record keeps an empty one from
+    /// now on: for a record about to be replaced by a newer one of the same
+    /// job, which takes the handle ([`JobTable::insert_with`]) rather than
+    /// a copy of the bytes (a standby's update carries none).
+    pub(super) fn take_body(&mut self, slot: JobSlot) -> Body {
+        let body = self[slot].body();
+        self[slot].set_body(Body::default());
+        body
+    }
+
+    /// Frees a body taken with [`JobTable::take_body`] that no record took.
+    pub(super) fn free_body(&mut self, body: Body) {
+        self.bodies.free(body);
     }
 
     /// From now on, bodies longer than `inline` bytes are left to the store

@@ -124,3 +124,66 @@ fn a_reservation_taken_over_stays_reserved_until_its_deadline() {
     let c = local.connect();
     assert_eq!(job_stat(&mut local, c, id, "state", 2 * S), "ready");
 }
+
+#[test]
+fn an_update_keeps_the_body_the_replica_has() {
+    use super::Stored;
+    // (body length, the engine stores bodies): a short body and a long
+    // one, each held by the engine or left to the store.
+    for (len, storing) in [(5, false), (5000, false), (5, true), (5000, true)] {
+        let mut leader = clustered("leader");
+        let c = leader.connect();
+        let body = Bytes::from(vec![b'b'; len]);
+        let cmd = C::Put {
+            pri: 3,
+            delay: secs(0),
+            ttr: secs(5),
+            body: body.clone(),
+            tags: None,
+        };
+        let R::Inserted(id) = reply(&mut leader, c, cmd, 0) else {
+            panic!("no INSERTED");
+        };
+        let put = match leader.take_journal().pop() {
+            Some(super::Record::Put(image)) => image,
+            other => panic!("{len}: expected a put, got {other:?}"),
+        };
+        reserve(&mut leader, c, S);
+        let reserved = updates(&mut leader).pop().expect("a reserve record");
+        assert!(reserved.body.is_empty(), "an update carries no body");
+
+        let mut standby = clustered("standby");
+        if storing {
+            standby.jobs = JobTable::new();
+            standby
+                .jobs
+                .leave_bodies_to_store(crate::engine::INLINE_BODY);
+        }
+        standby.restore(&put);
+        let before = standby.jobs.bodies_size();
+        assert!(standby.update(&reserved), "{len}");
+        assert!(!standby.update(&JobImage {
+            id: id + 1,
+            ..reserved.clone()
+        }));
+        let w = standby.connect();
+        assert_eq!(job_stat(&mut standby, w, id, "state", 2 * S), "reserved");
+        assert_eq!(job_stat(&mut standby, w, id, "reserves", 2 * S), "1");
+        assert_eq!(standby.jobs.bodies_size(), before, "{len}: counted once");
+        let stored = storing && len > crate::engine::INLINE_BODY;
+        assert_eq!(standby.stored_len(id), stored.then_some(len), "{len}");
+        // Released: the job's body is what the put gave it.
+        let ready = JobImage {
+            state: Stored::Ready,
+            ..reserved
+        };
+        assert!(standby.update(&ready));
+        let expected = if stored { Bytes::new() } else { body };
+        assert_eq!(
+            reply(&mut standby, w, C::Peek(id), 2 * S),
+            R::Found { id, body: expected },
+            "{len}, storing {storing}"
+        );
+        assert_eq!(standby.jobs.bodies_size(), before);
+    }
+}

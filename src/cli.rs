@@ -79,7 +79,8 @@ pub struct Args {
     #[arg(long = "max-jobs-size", value_name = "BYTES")]
     pub max_jobs_size: Option<u64>,
 
-    /// Keep jobs durably in DIR (an embedded sled database).
+    /// Keep jobs durably in DIR (an embedded sled database). With --cluster,
+    /// where this node keeps its copy of the cluster's jobs (bodies off RAM).
     #[arg(short = 'b', long = "binlog-dir", value_name = "DIR")]
     pub binlog_dir: Option<PathBuf>,
 

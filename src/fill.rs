@@ -106,6 +106,41 @@ pub async fn off_thread(
         .await
 }
 
+/// The ids among `jobs` (as the engine lists them, `Engine::bodies_in`)
+/// whose bodies only the store keeps: called under the engine lock.
+pub fn stored_among(engine: &Engine, jobs: &[(JobId, Bytes)]) -> Vec<JobId> {
+    jobs.iter()
+        .filter(|(id, body)| body.is_empty() && engine.stored_len(*id).is_some())
+        .map(|(id, _)| *id)
+        .collect()
+}
+
+/// Fills in the bodies of `jobs` that only the store keeps (`stored`,
+/// from [`stored_among`]), read off the async threads. A body that cannot
+/// be read is an error naming its job.
+pub async fn read_stored(
+    bodies: Option<&Arc<Bodies>>,
+    jobs: &mut [(JobId, Bytes)],
+    stored: Vec<JobId>,
+) -> Result<(), String> {
+    if stored.is_empty() {
+        return Ok(());
+    }
+    let bodies = bodies.ok_or("bodies left to a store that keeps none")?;
+    let read = off_thread(bodies, stored, Bodies::body)
+        .await
+        .map_err(|e| e.to_string())?;
+    let read: rustc_hash::FxHashMap<JobId, _> = read.into_iter().collect();
+    for (id, body) in jobs {
+        match read.get(id) {
+            Some(Ok(got)) => *body = got.clone(),
+            Some(Err(e)) => return Err(format!("job {id}'s body: {e:?}")),
+            None => {}
+        }
+    }
+    Ok(())
+}
+
 /// The body `got` for job `id`, if it is as long as the engine says.
 fn checked(got: Result<Bytes, Failed>, id: JobId, len: usize) -> Result<Bytes, Failed> {
     match got {

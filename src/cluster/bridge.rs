@@ -42,6 +42,7 @@ use tokio::sync::watch;
 
 use super::role::Role;
 use crate::bridge::{self, config::Config};
+use crate::fill;
 use crate::shared::Shared;
 use crate::store;
 
@@ -54,6 +55,14 @@ enum HandOverError {
     Refused,
     #[error("rebuilding the bridge index: {0}")]
     Index(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("reading the timers back from this node's copy of the pages: {0}")]
+    Bodies(String),
+}
+
+impl From<String> for HandOverError {
+    fn from(why: String) -> HandOverError {
+        HandOverError::Bodies(why)
+    }
 }
 
 /// Completes when this node stops leading.
@@ -91,24 +100,37 @@ where
 /// bridge index name the timers the cluster holds.
 async fn hand_over(shared: &Shared, config: &Config) -> Result<(), HandOverError> {
     let started = Instant::now();
-    let (submission, held, fired, timers) = {
-        let now = shared.clock.now();
-        let mut state = shared.lock();
+    let bodies = shared.store.bodies();
+    // Bodies only the store keeps (`-b`) are read with no lock held.
+    let (mut held, mut deliveries, stored) = {
+        let state = shared.lock();
         let held = state.engine.departed_in(&config.timer_tube);
-        let mut fired = Vec::new();
+        let mut deliveries = Vec::new();
         if let Some(&(first, _)) = held.first() {
             // A timer's delivery is put after the timer: only later jobs.
-            let mut deliveries = state.engine.bodies_in(&config.tube);
+            deliveries = state.engine.bodies_in(&config.tube);
             deliveries.retain(|(id, _)| *id > first);
-            let deliveries: Vec<Bytes> = deliveries.into_iter().map(|(_, body)| body).collect();
-            fired = bridge::fired_already(&held, &deliveries);
-            for (id, _) in &held {
-                state.engine.end_departed(*id, fired.contains(id), now);
-            }
+        }
+        let mut stored = fill::stored_among(&state.engine, &held);
+        stored.extend(fill::stored_among(&state.engine, &deliveries));
+        (held, deliveries, stored)
+    };
+    fill::read_stored(bodies, &mut held, stored.clone()).await?;
+    fill::read_stored(bodies, &mut deliveries, stored).await?;
+    let (submission, fired, mut timers, stored) = {
+        let now = shared.clock.now();
+        let mut state = shared.lock();
+        let deliveries: Vec<Bytes> = deliveries.into_iter().map(|(_, body)| body).collect();
+        let fired = bridge::fired_already(&held, &deliveries);
+        for (id, _) in &held {
+            state.engine.end_departed(*id, fired.contains(id), now);
         }
         let timers = state.engine.bodies_in(&config.timer_tube);
-        (state.submit(), held.len(), fired.len(), timers)
+        let stored = fill::stored_among(&state.engine, &timers);
+        (state.submit(), fired, timers, stored)
     };
+    fill::read_stored(bodies, &mut timers, stored).await?;
+    let (held, fired) = (held.len(), fired.len());
     // Only what the hand-over wrote can be refused: with no timer held it
     // wrote nothing, and the latest submission it would wait behind may
     // be one the replica failed as a standby.

@@ -1,5 +1,6 @@
 //! Cluster mode's flags, and the options they make.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -13,8 +14,6 @@ use super::subjects::{NameError, Subjects};
 /// Why the cluster flags cannot be used as given.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--cluster keeps jobs in NATS JetStream: leave out -b")]
-    Binlog,
     #[error(
         "--cluster needs --cluster-name NAME: the nodes with the same name share one job \
          state (the same name on every node of the cluster)"
@@ -38,7 +37,8 @@ pub enum ConfigError {
 pub struct ClusterArgs {
     /// Run as a node of a replicated cluster on these NATS JetStream
     /// servers (comma-separated nats:// URLs; nats-server 2.12 or newer with
-    /// `sync_interval: always`). Replaces -b.
+    /// `sync_interval: always`). With -b DIR, the node keeps its copy of the
+    /// jobs there (bodies off RAM), rebuilt from the stream at each start.
     #[arg(long = "cluster", value_name = "URLS")]
     pub urls: Option<String>,
 
@@ -98,26 +98,35 @@ pub struct Options {
     pub lease_ttl: Duration,
     /// The peer links' TLS, with `--cluster-peer-*`.
     pub peers: Option<Peers>,
+    /// With `-b`: where this node keeps its copy of the stream's pages.
+    pub local: Option<LocalCopy>,
+}
+
+/// A node's copy of the stream's pages on its own disk (`-b DIR`,
+/// `page_copy.rs`): job bodies are read back from it rather than held
+/// in memory.
+#[derive(Clone, Debug)]
+pub struct LocalCopy {
+    pub dir: PathBuf,
+    /// `--body-cache`: the bytes of bodies held in memory besides.
+    pub body_cache: u64,
 }
 
 impl Options {
     /// The options `args` ask for (`None` without --cluster), given the
-    /// server's `-l` addresses and `-p`, whether `-b` was given, and the
+    /// server's `-l` addresses and `-p`, the copy `-b` asks for, and the
     /// flags given that protect clients (`--auth`, `--tls-listen`: see
     /// `peers::relay_rule`).
     pub fn from_args(
         args: &ClusterArgs,
         listen: &[String],
         port: u16,
-        binlog: bool,
+        local: Option<LocalCopy>,
         guards: &[&str],
     ) -> Result<Option<Options>, ConfigError> {
         let Some(urls) = &args.urls else {
             return Ok(None);
         };
-        if binlog {
-            return Err(ConfigError::Binlog);
-        }
         let name = cluster_name(args.name.as_deref())?;
         let link = Link::from_args(urls, &args.link)?;
         let node = args.node_id.clone().ok_or(ConfigError::NoNodeId)?;
@@ -140,6 +149,7 @@ impl Options {
             replicas: args.replicas,
             lease_ttl: Duration::from_millis(args.lease_ms),
             peers,
+            local,
         }))
     }
 }
@@ -186,51 +196,38 @@ mod tests {
     #[test]
     fn what_the_flags_make() {
         let l = |a: &str| vec![a.to_string()];
-        let ok = Options::from_args(&args(Some("n1"), None), &l("10.0.0.5"), 11300, false, &[])
+        let ok = Options::from_args(&args(Some("n1"), None), &l("10.0.0.5"), 11300, None, &[])
             .unwrap()
             .unwrap();
         assert_eq!(ok.advertise, "10.0.0.5:11300");
-        let v6 = Options::from_args(&args(Some("n1"), None), &l("::1"), 7, false, &[])
+        let v6 = Options::from_args(&args(Some("n1"), None), &l("::1"), 7, None, &[])
             .unwrap()
             .unwrap();
         assert_eq!(v6.advertise, "[::1]:7");
-        let given =
-            Options::from_args(&args(Some("n1"), Some("h:1")), &l("0.0.0.0"), 7, false, &[]);
+        let given = Options::from_args(&args(Some("n1"), Some("h:1")), &l("0.0.0.0"), 7, None, &[]);
         assert_eq!(given.unwrap().unwrap().advertise, "h:1");
         let none = ClusterArgs {
             urls: None,
             ..args(None, None)
         };
-        assert!(Options::from_args(&none, &l("x"), 1, true, &[])
+        assert!(Options::from_args(&none, &l("x"), 1, None, &[])
             .unwrap()
             .is_none());
-        for (a, listen, binlog, why) in [
-            (
-                args(Some("n1"), None),
-                "0.0.0.0",
-                false,
-                "--cluster-advertise",
-            ),
-            (
-                args(Some("n1"), None),
-                "unix:/tmp/s",
-                false,
-                "--cluster-advertise",
-            ),
-            (args(None, None), "10.0.0.5", false, "--node-id"),
-            (args(Some("a b"), None), "10.0.0.5", false, "--node-id"),
-            (args(Some("n1"), None), "10.0.0.5", true, "-b"),
+        for (a, listen, why) in [
+            (args(Some("n1"), None), "0.0.0.0", "--cluster-advertise"),
+            (args(Some("n1"), None), "unix:/tmp/s", "--cluster-advertise"),
+            (args(None, None), "10.0.0.5", "--node-id"),
+            (args(Some("a b"), None), "10.0.0.5", "--node-id"),
             (
                 ClusterArgs {
                     name: None,
                     ..args(Some("n1"), None)
                 },
                 "10.0.0.5",
-                false,
                 "--cluster needs --cluster-name",
             ),
         ] {
-            let err = Options::from_args(&a, &l(listen), 1, binlog, &[])
+            let err = Options::from_args(&a, &l(listen), 1, None, &[])
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(why), "{err}");
@@ -251,7 +248,7 @@ mod tests {
         };
         let guards = ["--auth", "--tls-listen"];
         let options = |a: &ClusterArgs, guards: &[&str]| {
-            Options::from_args(a, &l("0.0.0.0"), 11300, false, guards)
+            Options::from_args(a, &l("0.0.0.0"), 11300, None, guards)
                 .map(Option::unwrap)
                 .map_err(|e| e.to_string())
         };

@@ -15,7 +15,7 @@ use sprout_protocol::JobId;
 use tokio::sync::{watch, Notify};
 
 use crate::engine::{Record, Room};
-use crate::store::{Progress, Seq, Store};
+use crate::store::{Bodies, Progress, Seq, Store};
 
 /// Records taken into one batch, in the bytes their pages will hold
 /// (`Log::page_bytes`: an update counts its body, which it does not carry
@@ -55,10 +55,14 @@ pub struct ClusterStore {
     /// Set once this node has claimed the stream; until then (a standby)
     /// every submission fails at once.
     pub(super) leading: AtomicBool,
+    /// With `-b`, the bodies the engine leaves to the store: read back
+    /// from this node's copy of the pages (`page_copy.rs`), each put's
+    /// pinned in the cache until a snapshot has written its page.
+    bodies: Option<Arc<Bodies>>,
 }
 
 impl ClusterStore {
-    pub fn new() -> Arc<ClusterStore> {
+    pub fn new(bodies: Option<Arc<Bodies>>) -> Arc<ClusterStore> {
         // Nothing is taken into a store of record behind the stream.
         let mut progress = Progress::default();
         progress.absorbed = Seq::MAX;
@@ -67,6 +71,7 @@ impl ClusterStore {
             wake: Notify::new(),
             progress: watch::Sender::new(progress),
             leading: AtomicBool::new(false),
+            bodies,
         })
     }
 
@@ -103,6 +108,10 @@ impl Store for ClusterStore {
         q.last += 1;
         let seq = q.last;
         if self.leading.load(Ordering::Acquire) {
+            if let Some(bodies) = &self.bodies {
+                // The writer's snapshot unpins them (`follow.rs`).
+                bodies.submitted(&records);
+            }
             for record in &records {
                 if let Record::Put(image) = record {
                     q.puts.insert(image.id, seq);
@@ -147,6 +156,16 @@ impl Store for ClusterStore {
         Some(self.queue().puts.get(&id).copied().unwrap_or(0))
     }
 
+    fn bodies(&self) -> Option<&Arc<Bodies>> {
+        self.bodies.as_ref()
+    }
+
+    fn forget(&self, id: JobId) {
+        if let Some(bodies) = &self.bodies {
+            bodies.cache.remove(id);
+        }
+    }
+
     fn close(&self) {
         let last = self.queue().last;
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -155,6 +174,9 @@ impl Store for ClusterStore {
             && Instant::now() < deadline
         {
             std::thread::sleep(Duration::from_millis(5));
+        }
+        if let Some(bodies) = &self.bodies {
+            bodies.close();
         }
     }
 }

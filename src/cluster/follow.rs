@@ -10,15 +10,20 @@
 //! Applying a page is what recovery does for each sled page, one at a
 //! time: each image in it is its job's latest (pages arrive in the order
 //! they were written), each tombstone a delete. The engine replica gets
-//! every record and every image and delete ([`Change`]); the page contents
-//! stay here too, since a leader cleans the log by copying the live images
-//! out of its oldest pages, and the records since the last snapshot, which
-//! a new leader packs into its first.
+//! every record and every image and delete ([`Change`]); the pages stay
+//! here too (in memory, or with `-b` on this node's disk: `page_copy.rs`),
+//! since a leader cleans the log by copying the live images out of its
+//! oldest pages and, with `-b`, bodies are read back from them; and so do
+//! the records since the last snapshot, which a new leader packs into its
+//! first.
 //!
 //! A reserved job's image carries its TTR deadline (the leader records
 //! every reserve and touch in cluster mode), and the replica holds the job
 //! until then ([`carry`]), so a job reserved on a leader that dies is not
 //! handed out again before its TTR has run out.
+
+use std::io;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -26,10 +31,13 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sprout_protocol::JobId;
 
 use super::changes;
+use super::cluster_flags::LocalCopy;
 use super::meta::{Meta, MetaError};
+use super::page_copy::PageCopy;
 use super::subjects::Subject;
+use crate::binlog_stats::BinlogStats;
 use crate::engine::{JobImage, Record, Stored, Time};
-use crate::store::{decode_job, page_entries, Corrupt, EntryKind, Log, Packed, Slot};
+use crate::store::{decode_job, pack, page_entries, Bodies, Corrupt, EntryKind, Log, Packed, Slot};
 
 /// A stream message this node cannot apply.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +56,8 @@ pub enum PageError {
          leader, `purges.rs`); restart it to read the stream anew"
     )]
     Behind { last: u64, next: u64 },
+    #[error("cannot keep this node's copy of the pages: {0}")]
+    Copy(#[from] io::Error),
     #[error("change message {number} (stream sequence {seq}): {error}")]
     Change {
         number: u64,
@@ -102,8 +112,14 @@ pub fn carry(image: &mut JobImage, now: Time) {
 #[derive(Default)]
 pub struct Pages {
     pub log: Log,
-    /// Every page the stream holds, by slot.
-    pub by_slot: FxHashMap<Slot, Bytes>,
+    /// Every page the stream holds (`page_copy.rs`).
+    pub copy: PageCopy,
+    /// A follower's: the sequence number of the page in each slot (a
+    /// leader's pages are its log's, and a leader never follows again).
+    seq_by_slot: FxHashMap<Slot, u64>,
+    /// With `-b`, the bodies the engine leaves to the store: those of
+    /// puts no page this node keeps holds yet are pinned in their cache.
+    pub bodies: Option<Arc<Bodies>>,
     /// The stream sequence of the last message applied.
     pub last_seq: u64,
     /// The last meta message; its id ceiling raised by the change
@@ -117,23 +133,63 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// A leader's side: keeps what `packed` (made from `self.log`) changes
-    /// and returns the messages that make the stream say the same, in
-    /// order: the new pages, then an empty message for each slot freed and
-    /// not refilled.
-    pub fn keep(&mut self, packed: Packed) -> Vec<(Slot, Bytes)> {
+    /// A node's pages before it reads the stream: kept in memory, or with
+    /// `local` (`-b`) on its disk, with the body store that reads them
+    /// back (its cache's figures in `stats`).
+    pub fn open(local: Option<&LocalCopy>, stats: Arc<BinlogStats>) -> io::Result<Pages> {
+        let Some(local) = local else {
+            return Ok(Pages::default());
+        };
+        let copy = PageCopy::open(&local.dir)?;
+        let db = copy.db().cloned().expect("a copy on disk");
+        let mut pages = Pages {
+            copy,
+            ..Pages::default()
+        };
+        let bodies = Bodies::over(&pages.log, db, local.body_cache, stats);
+        pages.bodies = Some(Arc::new(bodies));
+        Ok(pages)
+    }
+
+    /// A leader's snapshot: packs the records since the last one (the
+    /// `clean` oldest pages cleaned too) and keeps the pages that makes;
+    /// returns the messages that make the stream say the same, in order:
+    /// the new pages, then an empty message for each slot freed and not
+    /// refilled.
+    pub fn snapshot(&mut self, clean: usize) -> io::Result<Vec<(Slot, Bytes)>> {
+        let pending = std::mem::take(&mut self.pending);
+        let records = pending.iter().flat_map(|(_, records)| records);
+        // Readers of bodies look again if a read does not check out while
+        // this runs (`store/directory.rs`).
+        let dir = self.log.directory();
+        dir.change(|| {
+            let bodies = self.bodies.clone();
+            let cached = |id| bodies.as_ref().and_then(|b| b.cache.peek(id));
+            let copy = &self.copy;
+            let packed = pack(&mut self.log, records.clone(), clean, cached, |slot| {
+                copy.get(slot)
+            })?;
+            let messages = self.keep(packed)?;
+            if let Some(bodies) = &self.bodies {
+                bodies.absorbed(records);
+            }
+            Ok(messages)
+        })
+    }
+
+    /// Keeps what `packed` (made from `self.log`) changes; returns the
+    /// messages for it, as [`Pages::snapshot`] says.
+    fn keep(&mut self, packed: Packed) -> io::Result<Vec<(Slot, Bytes)>> {
         let mut messages = Vec::with_capacity(packed.pages.len() + packed.freed.len());
         let written: FxHashSet<Slot> = packed.pages.iter().map(|(slot, _)| *slot).collect();
         for (slot, page) in packed.pages {
-            let page = Bytes::from(page);
-            self.by_slot.insert(slot, page.clone());
-            messages.push((slot, page));
+            messages.push((slot, Bytes::from(page)));
         }
         for slot in packed.freed.into_iter().filter(|s| !written.contains(s)) {
-            self.by_slot.remove(&slot);
             messages.push((slot, Bytes::new()));
         }
-        messages
+        self.copy.write(&messages, false)?;
+        Ok(messages)
     }
 
     /// Applies the message at stream sequence `seq`.
@@ -159,12 +215,25 @@ impl Pages {
             Subject::Change(number) => return self.change(seq, number, &payload, changes),
             Subject::Page(slot) => slot,
         };
+        let dir = self.log.directory();
+        dir.change(|| self.page(seq, slot, payload, changes))
+    }
+
+    /// Applies the page message at stream sequence `seq` to `slot`: what
+    /// recovery does for a sled page (see the module docs).
+    fn page(
+        &mut self,
+        seq: u64,
+        slot: Slot,
+        payload: Bytes,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), PageError> {
         let bad = |error| PageError::Corrupt { slot, seq, error };
-        if let Some(old) = self.by_slot.remove(&slot) {
-            let (old_seq, _) = page_entries(&old).map_err(bad)?;
+        if let Some(old_seq) = self.seq_by_slot.remove(&slot) {
             self.log.unfollow_page(old_seq);
         }
         if payload.is_empty() {
+            self.copy.write(&[(slot, payload)], false)?;
             return Ok(());
         }
         let (page_seq, entries) = page_entries(&payload).map_err(bad)?;
@@ -175,12 +244,14 @@ impl Pages {
         // it before cleaning moved it may have been replaced before this
         // node got there.
         let replica_knows = self.last_change > 0;
+        let mut paged = Vec::new();
         for entry in entries {
             let entry = entry.map_err(bad)?;
             match entry.kind {
                 EntryKind::Image(raw) => {
                     let image = decode_job(raw).map_err(bad)?;
                     self.log.place(page_seq, entry.id, entry.raw.len() as u32);
+                    paged.push((entry.id, true));
                     changes.push(match replica_knows {
                         true => Change::Unless(image),
                         false => Change::Job(image),
@@ -188,15 +259,21 @@ impl Pages {
                 }
                 EntryKind::Tombstone => {
                     self.log.forget(entry.id);
+                    paged.push((entry.id, false));
                     changes.push(Change::Deleted(entry.id));
                 }
                 EntryKind::State(_) => return Err(bad(Corrupt("a job's state in a page"))),
             }
         }
-        // A copy: the payload is a slice of the NATS client's read buffer,
-        // and a page kept for long would keep the whole buffer, change
-        // messages and all (1M jobs: 1.45x the leader's RSS).
-        self.by_slot.insert(slot, Bytes::copy_from_slice(&payload));
+        self.seq_by_slot.insert(slot, page_seq);
+        // Copied if kept in memory: the payload is a slice of the NATS
+        // client's read buffer, and a page kept for long would keep the
+        // whole buffer, change messages and all (1M jobs: 1.45x the
+        // leader's RSS).
+        self.copy.write(&[(slot, payload)], true)?;
+        if let Some(bodies) = &self.bodies {
+            bodies.paged(paged);
+        }
         Ok(())
     }
 
@@ -227,6 +304,16 @@ impl Pages {
             return Err(bad(Corrupt("a change message under another's subject")));
         }
         self.meta.ids_below = self.meta.ids_below.max(change.ids_below);
+        if let Some(bodies) = &self.bodies {
+            // A put's body is this node's only until a page holds it; a
+            // job deleted first never gets there.
+            bodies.submitted(&change.records);
+            let deleted = change.records.iter().filter_map(|record| match record {
+                Record::Delete(id) => Some((*id, false)),
+                _ => None,
+            });
+            bodies.paged(deleted);
+        }
         changes.extend(change.records.iter().map(|record| match record {
             Record::Put(image) => Change::Job(image.clone()),
             Record::Update(image) => Change::Update(image.clone()),

@@ -25,6 +25,7 @@
 //!   queued; `writer.rs`: the writer sending them; `purges.rs`: when the changes a
 //!   snapshot covers go;
 //! - `follow.rs`: the stream applied to pages and the engine replica;
+//!   `page_copy.rs`: where a node keeps the pages (on disk with `-b`);
 //! - `lease.rs`: leadership as a short-lived key in a KV bucket;
 //!   `timing.rs`: its clock; `held.rs`: the holder renewing it;
 //!   `standby.rs`: a standby watching it, taking it when it runs out;
@@ -56,6 +57,7 @@ pub mod link;
 mod members;
 mod meta;
 pub mod node;
+mod page_copy;
 pub mod peers;
 mod placement;
 pub mod publish;
@@ -74,7 +76,7 @@ mod vouch;
 pub mod writer;
 
 pub use bridge::SteppedDown;
-pub use cluster_flags::{ClusterArgs, ConfigError, Options};
+pub use cluster_flags::{ClusterArgs, ConfigError, LocalCopy, Options};
 pub use peers::PeerTls;
 pub use role::Role;
 pub use side::{start, Side};

@@ -206,6 +206,7 @@ fn own_claim(options: &Options) -> Claim {
 /// lease it held, or why this node must stop serving.
 pub async fn run(
     node: Connected,
+    pages: Pages,
     shared: Arc<Shared>,
     store: Arc<ClusterStore>,
     role: watch::Sender<Role>,
@@ -215,7 +216,7 @@ pub async fn run(
     let members = members::watch(node.lease.store().clone(), every, shared.clone());
     let members = tokio::spawn(members);
     let led = tokio::select! {
-        taken = take_over(&node, shared, &role) => match taken {
+        taken = take_over(&node, pages, shared, &role) => match taken {
             Ok((follower, held)) => lead(&node, follower, held, store, &role, closed).await,
             Err(why) => Err(why),
         },
@@ -237,10 +238,11 @@ async fn stopped(mut closed: watch::Receiver<bool>) {
 /// stream: the follower, now the leader's, and its lease.
 async fn take_over(
     node: &Connected,
+    pages: Pages,
     shared: Arc<Shared>,
     role: &watch::Sender<Role>,
 ) -> Result<(Follower, Held), NodeError> {
-    let mut follower = Follower::start(node, shared, role.clone()).await?;
+    let mut follower = Follower::start(node, pages, shared, role.clone()).await?;
     let options = &node.options;
     let mut standby = Standby::new(&node.lease, &options.node, &options.advertise);
     loop {
@@ -368,6 +370,7 @@ struct Follower {
 impl Follower {
     async fn start(
         node: &Connected,
+        pages: Pages,
         shared: Arc<Shared>,
         role: watch::Sender<Role>,
     ) -> Result<Follower, NodeError> {
@@ -382,7 +385,7 @@ impl Follower {
         let messages = tail(&node.stream, 1).await?;
         let follower = Follower {
             messages,
-            pages: Pages::default(),
+            pages,
             shared,
             role,
             own_addr: node.options.advertise.clone(),

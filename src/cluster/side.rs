@@ -15,6 +15,7 @@ use crate::shared::Shared;
 
 use super::bridge::SteppedDown;
 use super::cluster_flags::Options;
+use super::follow::Pages;
 use super::peers::PeerTls;
 use super::role::Role;
 use super::{bridge, cluster_store, node, relay, version, via, vouch};
@@ -82,21 +83,22 @@ pub async fn start(
     if max_job_size < config.max_job_size {
         tracing::warn!("-z lowered to {max_job_size}: a job must fit in one NATS message");
     }
+    let pages = Pages::open(options.local.as_ref(), config.binlog.clone())
+        .map_err(|e| node::NodeError::Page(e.into()))?;
     let config = EngineConfig {
         max_job_size,
         journal: true,
-        // Standbys and a new leader read bodies from the engine until
-        // they have a body store of their own (issue 33, step 4).
-        bodies_in_store: false,
+        // With -b, bodies are read back from this node's copy of the pages.
+        bodies_in_store: pages.bodies.is_some(),
         ..config
     };
     let engine = Engine::new(config, clock.now());
-    let store = cluster_store::ClusterStore::new();
+    let store = cluster_store::ClusterStore::new(pages.bodies.clone());
     let shared = Arc::new(Shared::new(engine, clock, Box::new(store.clone())));
     let (role_tx, role) = watch::channel(Role::Standby { leader: None });
     let (closed, closed_rx) = watch::channel(false);
     let (left_tx, left) = watch::channel(false);
-    let run = node::run(node, shared.clone(), store, role_tx, closed_rx);
+    let run = node::run(node, pages, shared.clone(), store, role_tx, closed_rx);
     let failed = fatal.clone();
     tokio::spawn(async move {
         match run.await {

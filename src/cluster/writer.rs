@@ -39,7 +39,7 @@ use super::publish::{self, Chain, Refusal, Sent, MAX_BATCH};
 use super::purges::Purges;
 use super::subjects::Subjects;
 use crate::engine::Record;
-use crate::store::{pack, raise_id_ceiling, Seq, PAGE_BYTES};
+use crate::store::{raise_id_ceiling, Seq, PAGE_BYTES};
 
 /// Records since the last snapshot, in page bytes, that make the next.
 const SNAP_BYTES: usize = 512 << 10;
@@ -305,26 +305,16 @@ impl Writer {
         number: u64,
         flying: &mut VecDeque<Flying>,
     ) -> Result<(), WriteError> {
-        let pending = std::mem::take(&mut self.pages.pending);
         let bytes = std::mem::take(&mut self.pending_bytes);
         let clean = if bytes <= CLEAN_WITHIN {
             CLEAN_PAGES
         } else {
             0
         };
-        let Pages { log, by_slot, .. } = &mut self.pages;
-        // Every page is at hand (`by_slot`): no cache to ask first.
-        let packed = pack(
-            log,
-            pending.iter().flat_map(|(_, records)| records),
-            clean,
-            |_| None,
-            |slot| Ok(by_slot.get(&slot).map(|page| page.to_vec())),
-        )
-        .map_err(WriteError::Pack)?;
         let mut messages: Vec<(String, Bytes)> = self
             .pages
-            .keep(packed)
+            .snapshot(clean)
+            .map_err(WriteError::Pack)?
             .into_iter()
             .map(|(slot, page)| (self.subjects.page(slot), page))
             .collect();

@@ -171,8 +171,11 @@ fn cluster_options(args: &Args) -> Result<Option<cluster::Options>, cluster::Con
         ("--tls-listen", !args.tls.listen.is_empty()),
     ];
     let guards: Vec<&str> = guards.iter().filter(|g| g.1).map(|g| g.0).collect();
-    let binlog = args.binlog_dir.is_some();
-    cluster::Options::from_args(&args.cluster, &args.listen, args.port, binlog, &guards)
+    let local = args.binlog_dir.clone().map(|dir| cluster::LocalCopy {
+        dir,
+        body_cache: args.body_cache,
+    });
+    cluster::Options::from_args(&args.cluster, &args.listen, args.port, local, &guards)
 }
 
 /// The sockets to serve: those systemd passed (socket activation, which

@@ -29,10 +29,12 @@ use sprout_protocol::JobId;
 
 use super::body_cache::{BodyCache, Settle};
 use super::directory::{Directory, Found};
+use super::log::Log;
 use super::page;
 use super::read_ahead::{self, ReadAhead, Sled};
 use super::record;
 use super::slots::Slot;
+use crate::binlog_stats::BinlogStats;
 use crate::engine::{Record, INLINE_BODY};
 
 /// How many times a read whose page changed under it looks again.
@@ -184,6 +186,25 @@ impl Bodies {
             dir,
             db,
         }
+    }
+
+    /// Bodies read back from the pages of `log` that `db` keeps (cluster
+    /// mode's copy of its stream, `cluster/page_copy.rs`), through a cache
+    /// of `cache_bytes` whose figures go to `stats`.
+    pub fn over(log: &Log, db: ::sled::Db, cache_bytes: u64, stats: Arc<BinlogStats>) -> Bodies {
+        let cache = Arc::new(BodyCache::new(cache_bytes, stats));
+        Bodies::new(cache, log.directory(), db)
+    }
+
+    /// Cluster mode's [`Bodies::absorbed`]: jobs whose image a page this
+    /// node keeps now holds (`true`: their bodies may leave the cache), or
+    /// that were deleted (`false`: their bodies go).
+    pub fn paged(&self, jobs: impl IntoIterator<Item = (JobId, bool)>) {
+        self.cache
+            .settle(jobs.into_iter().map(|(id, kept)| match kept {
+                true => Settle::Unpin(id),
+                false => Settle::Remove(id),
+            }));
     }
 
     /// Records submitted to the store, in order (under the engine lock):

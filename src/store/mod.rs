@@ -89,7 +89,7 @@ pub(crate) use frame::{
 pub(crate) use ids::raise as raise_id_ceiling;
 pub(crate) use log::Log;
 pub(crate) use pack::{pack, Packed};
-pub(crate) use page::{read as page_entries, PAGE_BYTES};
+pub(crate) use page::{page_key, read as page_entries, PAGE_BYTES};
 pub(crate) use record::decode_job;
 pub(crate) use slots::Slot;
 

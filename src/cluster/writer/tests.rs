@@ -58,7 +58,7 @@ fn a_standby_failure_fails_only_its_own_writer() {
         bodies_in_store: false,
     };
     let clock = Clock::new();
-    let store = ClusterStore::new();
+    let store = ClusterStore::new(None);
     let shared = Shared::new(
         Engine::new(config, clock.now()),
         clock,

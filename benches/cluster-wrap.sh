@@ -10,7 +10,9 @@
 # load tool to report their CPU apart. The NATS servers and their files go
 # when sprout does.
 # SPROUT: the binary (default: this tree's release build); NATS_SERVER: the
-# nats-server (default: target/nats/bin/nats-server, from tests/run.sh).
+# nats-server (default: target/nats/bin/nats-server, from tests/run.sh);
+# CLUSTER_COPY=1 keeps `-b DIR`: the node's copy of the pages on its disk,
+# bodies off RAM (issue 33), so a run of each shows what the copy costs.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 sprout=${SPROUT:-${CARGO_TARGET_DIR:-$here/target}/release/sprout}
@@ -18,7 +20,8 @@ nats=${NATS_SERVER:-$here/target/nats/bin/nats-server}
 args=() own_port=""
 while (($#)); do
     case $1 in
-        -b | -f) shift 2 ;;
+        -b) [[ ${CLUSTER_COPY:-} == 1 ]] && args+=("$1" "$2"); shift 2 ;;
+        -f) shift 2 ;;
         -p) own_port=$2; args+=("$1" "$2"); shift 2 ;;
         *) args+=("$1"); shift ;;
     esac

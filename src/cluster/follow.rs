@@ -237,6 +237,9 @@ impl Pages {
             return Ok(());
         }
         let (page_seq, entries) = page_entries(&payload).map_err(bad)?;
+        if self.log.is_stray(page_seq) {
+            return Err(bad(Corrupt("a page numbered far outside the others' run")));
+        }
         self.log.follow_page(page_seq, slot, payload.len());
         // Once this node has read a change message, a page's image is
         // what the changes before it said of its job (`changes.rs`), unless

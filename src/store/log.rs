@@ -72,6 +72,17 @@ pub struct Held<'a> {
 /// page skipped when salvaging leaves one.
 const STRAY_SLACK: u64 = 1024;
 
+/// Whether page `seq` is further from the run `first..next` of stored
+/// pages (`None`: none stored) than the run is long plus
+/// [`STRAY_SLACK`].
+fn stray(seq: u64, run: Option<(u64, u64)>) -> bool {
+    let Some((first, next)) = run else {
+        return false;
+    };
+    let reach = next.saturating_sub(first) + STRAY_SLACK;
+    seq > next.saturating_add(reach) || seq.saturating_add(reach) < first
+}
+
 /// One entry of a page as recovery's first pass keeps it: no bytes.
 #[derive(Clone, Copy)]
 struct Seen {
@@ -146,6 +157,15 @@ impl Log {
         }
         held.own.stored_bytes += bytes as u64;
         held.own.next_seq = held.own.next_seq.max(seq + 1);
+    }
+
+    /// Whether page `seq`, come from the leader, is numbered too far from
+    /// this log's run of pages to be one of them ([`stray`]): damage, as
+    /// recovery's [`Replay`] takes it. Followed, it would stretch the page
+    /// table by the gap.
+    pub fn is_stray(&self, seq: u64) -> bool {
+        let first = self.dir.lock().pages.first().map(|(first, _)| first);
+        stray(seq, first.map(|first| (first, self.own.next_seq)))
     }
 
     /// Page `seq` is gone from the leader's store (its slot was freed or

@@ -363,6 +363,19 @@ fn meta_and_junk() {
         .apply(4, Subject::Change(1), change, &mut changes)
         .unwrap();
     assert_eq!(standby.meta.ids_below, 500);
+    // A page numbered far past the others is damage, not a reason to
+    // stretch the page table by the gap.
+    let page = |seq: u64| {
+        let mut value = vec![1];
+        value.extend_from_slice(&seq.to_le_bytes());
+        Bytes::from(value)
+    };
+    standby
+        .apply(5, Subject::Page(0), page(7), &mut changes)
+        .unwrap();
+    let stray = standby.apply(6, Subject::Page(1), page(1 << 40), &mut changes);
+    let why = stray.expect_err("a stray page refused").to_string();
+    assert!(why.contains("far outside"), "{why}");
 }
 
 /// The held jobs whose body the store does not give back as the model

@@ -141,12 +141,12 @@ impl Pages {
             return Ok(Pages::default());
         };
         let copy = PageCopy::open(&local.dir)?;
-        let db = copy.db().cloned().expect("a copy on disk");
+        let source = copy.source().expect("a copy on disk");
         let mut pages = Pages {
             copy,
             ..Pages::default()
         };
-        let bodies = Bodies::over(&pages.log, db, local.body_cache, stats);
+        let bodies = Bodies::over(&pages.log, source, local.body_cache, stats);
         pages.bodies = Some(Arc::new(bodies));
         Ok(pages)
     }

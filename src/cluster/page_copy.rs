@@ -3,35 +3,42 @@
 //! where the bodies the engine leaves to the store are read back from.
 //!
 //! Without `-b` the copy is in memory, beside the engine that holds every
-//! body too. With `-b` it is a sled database in `DIR/cluster-pages`, under
-//! the keys the single-node store gives its pages (`store/page.rs`), so
-//! the single-node store's readers (`store/body_read.rs`, the read-ahead)
-//! read it unchanged. It is written blind and never synced: the stream is
-//! the copy of record, and a node reads the whole stream again when it
-//! starts, so the copy is emptied first. A lock file keeps two nodes from
-//! sharing one directory (each would empty the other's copy).
+//! body too. With `-b` each page is a file of its own in
+//! `DIR/cluster-pages`, named by its slot, read back by the single-node
+//! store's readers (`store/body_read.rs`, the read-ahead) through
+//! `store/page_source.rs`. A page is written to a new file renamed over
+//! the old one, so a reader finds the old page or the new, never part of
+//! one; nothing is synced: the stream is the copy of record, and a node
+//! reads the whole stream again when it starts, so the copy is emptied
+//! first. A lock file keeps two nodes from sharing one directory (each
+//! would empty the other's copy).
+//!
+//! Why not sled, as the single-node store: a sled 0.34 database whose
+//! pages were rewritten this fast deadlocked a standby during a 1M-job
+//! fill. Its writer held the segment accountant's lock while it waited for
+//! a file truncation queued on sled's thread pool, whose threads all
+//! waited for that lock. Files need no such machinery: a slot's page is
+//! replaced whole, and the file system finds the room.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rustc_hash::FxHashMap;
 
-use crate::store::{page_key, Slot};
+use crate::store::{PageSource, PageValue, Slot};
 
 /// Where under `-b DIR` the copy is kept.
 pub const SUBDIR: &str = "cluster-pages";
-/// sled's cache for the copy: pages are read back only for bodies the
-/// body cache misses, and for cleaning, each once in a while.
-const SLED_CACHE: u64 = 4 << 20;
 
 pub enum PageCopy {
     /// Without `-b`.
     Memory(FxHashMap<Slot, Bytes>),
-    /// With `-b`: the database, and the lock file held while it is open.
-    Disk(::sled::Db, File),
+    /// With `-b`: the files, and the lock file held while they are used.
+    Disk(Arc<PageFiles>, File),
 }
 
 impl Default for PageCopy {
@@ -68,20 +75,15 @@ impl PageCopy {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(why("empty", &e)),
             _ => {}
         }
-        let db = ::sled::Config::new()
-            .path(&at)
-            .cache_capacity(SLED_CACHE)
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| why("open", &e))?;
-        Ok(PageCopy::Disk(db, lock))
+        std::fs::create_dir(&at).map_err(|e| why("create", &e))?;
+        Ok(PageCopy::Disk(Arc::new(PageFiles { dir: at }), lock))
     }
 
-    /// The database, for a copy on disk.
-    pub fn db(&self) -> Option<&::sled::Db> {
+    /// Where readers of bodies find the pages, for a copy on disk.
+    pub fn source(&self) -> Option<Arc<dyn PageSource>> {
         match self {
             PageCopy::Memory(_) => None,
-            PageCopy::Disk(db, _) => Some(db),
+            PageCopy::Disk(files, _) => Some(files.clone()),
         }
     }
 
@@ -89,7 +91,7 @@ impl PageCopy {
     pub fn get(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
         match self {
             PageCopy::Memory(pages) => Ok(pages.get(&slot).map(|page| page.to_vec())),
-            PageCopy::Disk(db, _) => Ok(db.get(page_key(slot))?.map(|page| page.to_vec())),
+            PageCopy::Disk(files, _) => Ok(files.read(slot)?),
         }
     }
 
@@ -97,25 +99,14 @@ impl PageCopy {
     /// kept in memory is copied if `copy` (a slice of a larger buffer,
     /// which it would keep whole).
     pub fn write(&mut self, pages: &[(Slot, Bytes)], copy: bool) -> io::Result<()> {
-        match self {
-            PageCopy::Memory(kept) => {
-                for (slot, page) in pages {
-                    match page.is_empty() {
-                        true => kept.remove(slot),
-                        false if copy => kept.insert(*slot, Bytes::copy_from_slice(page)),
-                        false => kept.insert(*slot, page.clone()),
-                    };
-                }
-            }
-            PageCopy::Disk(db, _) => {
-                let mut batch = ::sled::Batch::default();
-                for (slot, page) in pages {
-                    match page.is_empty() {
-                        true => batch.remove(&page_key(*slot)),
-                        false => batch.insert(&page_key(*slot), &page[..]),
-                    }
-                }
-                db.apply_batch(batch)?;
+        for (slot, page) in pages {
+            match self {
+                PageCopy::Memory(kept) => match page.is_empty() {
+                    true => _ = kept.remove(slot),
+                    false if copy => _ = kept.insert(*slot, Bytes::copy_from_slice(page)),
+                    false => _ = kept.insert(*slot, page.clone()),
+                },
+                PageCopy::Disk(files, _) => files.write(*slot, page)?,
             }
         }
         Ok(())
@@ -126,15 +117,55 @@ impl PageCopy {
     pub fn all(&self) -> std::collections::BTreeMap<Slot, Vec<u8>> {
         match self {
             PageCopy::Memory(pages) => pages.iter().map(|(s, p)| (*s, p.to_vec())).collect(),
-            PageCopy::Disk(db, _) => db
-                .iter()
-                .map(|kv| {
-                    let (k, v) = kv.expect("a readable copy");
-                    let slot = Slot::from_be_bytes(k[1..].try_into().expect("a page key"));
-                    (slot, v.to_vec())
+            PageCopy::Disk(files, _) => std::fs::read_dir(&files.dir)
+                .expect("a readable copy")
+                .map(|entry| {
+                    let name = entry.expect("an entry").file_name();
+                    let name = name.to_str().expect("a slot's name");
+                    let slot = Slot::from_str_radix(name, 16).expect("a slot's name");
+                    (slot, files.read(slot).unwrap().expect("its page"))
                 })
                 .collect(),
         }
+    }
+}
+
+/// Pages in files named by their slot.
+pub struct PageFiles {
+    dir: PathBuf,
+}
+
+impl PageFiles {
+    fn path(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("{slot:08x}"))
+    }
+
+    /// Puts `page` in `slot` (empty: frees the slot).
+    fn write(&self, slot: Slot, page: &[u8]) -> io::Result<()> {
+        let path = self.path(slot);
+        if page.is_empty() {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                removed => removed,
+            };
+        }
+        let new = path.with_extension("new");
+        std::fs::write(&new, page)?;
+        std::fs::rename(&new, &path)
+    }
+
+    fn read(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
+        match std::fs::read(self.path(slot)) {
+            Ok(page) => Ok(Some(page)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl PageSource for PageFiles {
+    fn page(&self, slot: Slot) -> io::Result<Option<PageValue>> {
+        Ok(self.read(slot)?.map(PageValue::Owned))
     }
 }
 
@@ -162,11 +193,14 @@ mod tests {
         assert_eq!(disk.get(1).unwrap(), Some(vec![11; 100]));
         assert_eq!(disk.get(2).unwrap(), None);
         assert_eq!(memory.get(7).unwrap(), Some(vec![7; 100]));
+        let source = disk.source().expect("a source on disk");
+        let read = source.page(3).unwrap().expect("page 3");
+        assert_eq!(read.as_ref(), &[3; 100][..]);
         // Another node on the same directory is refused; once this one is
         // gone, the next starts empty.
         let taken = PageCopy::open(&dir).err().expect("refused");
         assert!(taken.to_string().contains("in use by another"), "{taken}");
-        drop(disk);
+        drop((disk, source));
         let again = PageCopy::open(&dir).unwrap();
         assert!(again.all().is_empty());
         drop(again);

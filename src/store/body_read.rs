@@ -31,7 +31,8 @@ use super::body_cache::{BodyCache, Settle};
 use super::directory::{Directory, Found};
 use super::log::Log;
 use super::page;
-use super::read_ahead::{self, ReadAhead, Sled};
+use super::page_source::{PageSource, Source};
+use super::read_ahead::{self, ReadAhead};
 use super::record;
 use super::slots::Slot;
 use crate::binlog_stats::BinlogStats;
@@ -171,29 +172,33 @@ pub(super) fn body_in(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Mi
 pub struct Bodies {
     pub cache: Arc<BodyCache>,
     pub dir: Arc<Directory>,
-    /// sled, until the store closes: a handle kept here would keep sled's
-    /// files locked after the absorber let go of its own.
-    pub(super) db: Sled,
+    /// Where the pages are, until the store closes (`page_source.rs`).
+    pub(super) source: Source,
     pub(super) ahead: ReadAhead,
 }
 
 impl Bodies {
-    pub fn new(cache: Arc<BodyCache>, dir: Arc<Directory>, db: ::sled::Db) -> Bodies {
-        let db: Sled = Arc::new(Mutex::new(Some(db)));
+    pub fn new(cache: Arc<BodyCache>, dir: Arc<Directory>, pages: Arc<dyn PageSource>) -> Bodies {
+        let source: Source = Arc::new(Mutex::new(Some(pages)));
         Bodies {
-            ahead: ReadAhead::start(cache.clone(), dir.clone(), db.clone()),
+            ahead: ReadAhead::start(cache.clone(), dir.clone(), source.clone()),
             cache,
             dir,
-            db,
+            source,
         }
     }
 
-    /// Bodies read back from the pages of `log` that `db` keeps (cluster
-    /// mode's copy of its stream, `cluster/page_copy.rs`), through a cache
-    /// of `cache_bytes` whose figures go to `stats`.
-    pub fn over(log: &Log, db: ::sled::Db, cache_bytes: u64, stats: Arc<BinlogStats>) -> Bodies {
+    /// Bodies read back from the pages of `log` that `pages` keeps
+    /// (cluster mode's copy of its stream, `cluster/page_copy.rs`),
+    /// through a cache of `cache_bytes` whose figures go to `stats`.
+    pub fn over(
+        log: &Log,
+        pages: Arc<dyn PageSource>,
+        cache_bytes: u64,
+        stats: Arc<BinlogStats>,
+    ) -> Bodies {
         let cache = Arc::new(BodyCache::new(cache_bytes, stats));
-        Bodies::new(cache, log.directory(), db)
+        Bodies::new(cache, log.directory(), pages)
     }
 
     /// Cluster mode's [`Bodies::absorbed`]: jobs whose image a page this
@@ -239,7 +244,7 @@ impl Bodies {
     /// Lets go of sled (the store is closing): reads fail from now on.
     pub fn close(&self) {
         self.ahead.stop();
-        self.db.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.source.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Job `id`'s body. A damaged store's failure is counted
@@ -285,9 +290,13 @@ impl Bodies {
         if let Some(body) = self.cache.peek(id) {
             return Ok(body);
         }
-        let db = self.db.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let read_page = |slot| match &db {
-            Some(db) => db.get(page::page_key(slot)).map_err(io::Error::from),
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let read_page = |slot| match &source {
+            Some(source) => source.page(slot),
             None => Err(io::Error::other("the store is closed")),
         };
         let since = self.dir.epoch();

@@ -98,7 +98,8 @@ impl DurableStore {
         }
         let cache = BodyCache::new(options.body_cache_bytes, stats.clone());
         let places = opened.absorb.log.directory();
-        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, db.clone()));
+        let pages = Arc::new(db.clone());
+        let bodies = Arc::new(Bodies::new(Arc::new(cache), places, pages));
         if let Some((commit, records)) = opened.tail {
             // Their bodies are in the journal alone until sled takes them.
             bodies.submitted(&records);

@@ -28,7 +28,9 @@
 //! - `ballast.rs`: room for sled to open on a full disk;
 //! - `body_cache.rs`: recently used bodies, for when the engine holds only
 //!   their length (issue 33); `directory.rs`: where stored jobs are, shared
-//!   with readers; `body_read.rs`: a body read back from its page, checked;
+//!   with readers; `page_source.rs`: where readers find a page (sled, or a
+//!   cluster node's copy); `body_read.rs`: a body read back from its page,
+//!   checked;
 //!   `read_ahead.rs`: the pages after it read in the background, for a drain;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
@@ -63,6 +65,7 @@ mod keeper;
 mod log;
 mod pack;
 mod page;
+mod page_source;
 mod page_table;
 mod places;
 mod read_ahead;
@@ -89,7 +92,8 @@ pub(crate) use frame::{
 pub(crate) use ids::raise as raise_id_ceiling;
 pub(crate) use log::Log;
 pub(crate) use pack::{pack, Packed};
-pub(crate) use page::{page_key, read as page_entries, PAGE_BYTES};
+pub(crate) use page::{read as page_entries, PAGE_BYTES};
+pub(crate) use page_source::{PageSource, PageValue};
 pub(crate) use record::decode_job;
 pub(crate) use slots::Slot;
 

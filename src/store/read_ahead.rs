@@ -66,6 +66,7 @@ use super::body_cache::{BodyCache, Settle};
 use super::directory::Directory;
 use super::entry::Entry;
 use super::page;
+use super::page_source::Source;
 use super::record;
 use crate::engine::INLINE_BODY;
 
@@ -81,9 +82,6 @@ pub const QUEUE: usize = 4;
 const RECENT: usize = 2 * LEAD as usize;
 /// No read-ahead with a cache smaller than this: four leads.
 pub const MIN_CACHE: u64 = 4 * LEAD * 4096;
-
-/// sled, until the store closes (`Bodies::close`).
-pub type Sled = Arc<Mutex<Option<::sled::Db>>>;
 
 /// The bodies of the live jobs whose images page `value` holds, by job id
 /// in page order: none the engine holds itself (`INLINE_BODY`), none of a
@@ -172,11 +170,11 @@ pub struct ReadAhead {
 }
 
 impl ReadAhead {
-    /// Starts the reader of pages from `sled` where `dir` says, for
+    /// Starts the reader of pages from `source` where `dir` says, for
     /// `cache`.
-    pub fn start(cache: Arc<BodyCache>, dir: Arc<Directory>, sled: Sled) -> ReadAhead {
+    pub fn start(cache: Arc<BodyCache>, dir: Arc<Directory>, source: Source) -> ReadAhead {
         let state = Arc::new(State::default());
-        let reader = Reader { cache, dir, sled };
+        let reader = Reader { cache, dir, source };
         let spawned = std::thread::Builder::new()
             .name("sprout-read-ahead".into())
             .spawn({
@@ -255,7 +253,7 @@ impl Drop for ReadAhead {
 struct Reader {
     cache: Arc<BodyCache>,
     dir: Arc<Directory>,
-    sled: Sled,
+    source: Source,
 }
 
 impl Reader {
@@ -296,20 +294,25 @@ impl Reader {
         let Some(page) = self.dir.lock().pages.get(seq) else {
             return false;
         };
-        let db = self.sled.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(db) = db else {
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(source) = source else {
             return false;
         };
-        let value = match db.get(page::page_key(page.slot)) {
+        let value = match source.page(page.slot) {
             Ok(Some(value)) => value,
             Ok(None) | Err(_) => return true,
         };
+        let value = value.as_ref();
         // A freed slot may hold a newer page by now, one no drain is at.
-        if !matches!(page::read(&value), Ok((stored, _)) if stored == seq) {
+        if !matches!(page::read(value), Ok((stored, _)) if stored == seq) {
             return true;
         }
         let since = self.dir.epoch();
-        let bodies = live_bodies(&self.dir, &value);
+        let bodies = live_bodies(&self.dir, value);
         let mark = bodies.first().map(|&(id, _)| id);
         keep(&self.cache, &self.dir, bodies, mark, since);
         true

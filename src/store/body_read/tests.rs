@@ -232,7 +232,7 @@ fn bodies_come_from_the_cache_then_from_sled() {
     let db = ::sled::Config::new().temporary(true).open().unwrap();
     let stats = Arc::new(crate::binlog_stats::BinlogStats::default());
     let cache = Arc::new(BodyCache::new(1 << 20, stats.clone()));
-    let bodies = Bodies::new(cache, Arc::default(), db.clone());
+    let bodies = Bodies::new(cache, Arc::default(), Arc::new(db.clone()));
     let (value, lens) = page_of(10, &[1, 2]);
     db.insert(page::page_key(3), value).unwrap();
     {

@@ -24,7 +24,7 @@ fn store(ids: &[JobId], bound: u64) -> (Bodies, usize) {
     let db = ::sled::Config::new().temporary(true).open().unwrap();
     let stats = Arc::new(crate::binlog_stats::BinlogStats::default());
     let cache = Arc::new(BodyCache::new(bound, stats));
-    let bodies = Bodies::new(cache, Arc::default(), db.clone());
+    let bodies = Bodies::new(cache, Arc::default(), Arc::new(db.clone()));
     let mut b = PageBuilder::default();
     let places: Vec<(usize, u32)> = (ids.iter())
         .map(|&id| {
@@ -108,10 +108,10 @@ fn a_body_whose_job_was_deleted_meanwhile_is_not_kept() {
     let ids: Vec<JobId> = (1..=10).collect();
     let (bodies, _) = store(&ids, MIN_CACHE);
     let found = bodies.dir.find(5).unwrap();
-    let db = bodies.db.lock().unwrap().clone().unwrap();
-    let value = db.get(page::page_key(found.slot)).unwrap().unwrap();
+    let source = bodies.source.lock().unwrap().clone().unwrap();
+    let value = source.page(found.slot).unwrap().unwrap();
     let since = bodies.dir.epoch();
-    let read = live_bodies(&bodies.dir, &value);
+    let read = live_bodies(&bodies.dir, value.as_ref());
     assert_eq!(read.len(), 10);
     // The delete of job 5 is taken in, as the absorber does: out of the
     // directory in a batch, then out of the cache (which does not hold it
@@ -127,7 +127,7 @@ fn a_body_whose_job_was_deleted_meanwhile_is_not_kept() {
     // of the cache first, for the keep to put it in.)
     bodies.cache.settle([Settle::Remove(6)]);
     let since = bodies.dir.epoch();
-    let read = live_bodies(&bodies.dir, &value);
+    let read = live_bodies(&bodies.dir, value.as_ref());
     keep(&bodies.cache, &bodies.dir, read, None, since);
     assert_eq!(bodies.cache.peek(6), Some(body(6)));
     bodies.dir.change(|| bodies.dir.lock().jobs.remove(6));

@@ -1,0 +1,43 @@
+//! Where readers of bodies (`body_read.rs`, `read_ahead.rs`) find a page
+//! by its slot: sled, for a single server with `-b`, or a cluster node's
+//! copy of its stream's pages (`cluster/page_copy.rs`), which keeps each
+//! page in a file of its own.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use super::page::page_key;
+use super::slots::Slot;
+
+/// A page's bytes as its source gives them (sled's shared buffer, or a
+/// file's contents).
+pub enum PageValue {
+    Sled(::sled::IVec),
+    Owned(Vec<u8>),
+}
+
+impl AsRef<[u8]> for PageValue {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            PageValue::Sled(value) => value,
+            PageValue::Owned(value) => value,
+        }
+    }
+}
+
+/// Pages by slot. Reads block: callers are on threads of their own.
+pub trait PageSource: Send + Sync {
+    /// The page in `slot`; `None` if the slot is empty.
+    fn page(&self, slot: Slot) -> io::Result<Option<PageValue>>;
+}
+
+impl PageSource for ::sled::Db {
+    fn page(&self, slot: Slot) -> io::Result<Option<PageValue>> {
+        Ok(self.get(page_key(slot))?.map(PageValue::Sled))
+    }
+}
+
+/// A source until the store closes (`Bodies::close`): a sled handle kept
+/// past then would keep sled's files locked after the absorber let go of
+/// its own.
+pub type Source = Arc<Mutex<Option<Arc<dyn PageSource>>>>;

@@ -1,7 +1,7 @@
 //! Where readers of bodies (`body_read.rs`, `read_ahead.rs`) find a page
 //! by its slot: sled, for a single server with `-b`, or a cluster node's
-//! copy of its stream's pages (`cluster/page_copy.rs`), which keeps each
-//! page in a file of its own.
+//! copy of its stream's pages (`cluster/page_copy.rs`), a room for each
+//! slot in one file.
 
 use std::io;
 use std::sync::{Arc, Mutex};

@@ -102,7 +102,7 @@ async fn hand_over(shared: &Shared, config: &Config) -> Result<(), HandOverError
     let started = Instant::now();
     let bodies = shared.store.bodies();
     // Bodies only the store keeps (`-b`) are read with no lock held.
-    let (mut held, mut deliveries, stored) = {
+    let (mut held, mut deliveries, stored_held, stored_deliveries) = {
         let state = shared.lock();
         let held = state.engine.departed_in(&config.timer_tube);
         let mut deliveries = Vec::new();
@@ -111,12 +111,12 @@ async fn hand_over(shared: &Shared, config: &Config) -> Result<(), HandOverError
             deliveries = state.engine.bodies_in(&config.tube);
             deliveries.retain(|(id, _)| *id > first);
         }
-        let mut stored = fill::stored_among(&state.engine, &held);
-        stored.extend(fill::stored_among(&state.engine, &deliveries));
-        (held, deliveries, stored)
+        let stored_held = fill::stored_among(&state.engine, &held);
+        let stored_deliveries = fill::stored_among(&state.engine, &deliveries);
+        (held, deliveries, stored_held, stored_deliveries)
     };
-    fill::read_stored(bodies, &mut held, stored.clone()).await?;
-    fill::read_stored(bodies, &mut deliveries, stored).await?;
+    fill::read_stored(bodies, &mut held, stored_held).await?;
+    fill::read_stored(bodies, &mut deliveries, stored_deliveries).await?;
     let (submission, fired, mut timers, stored) = {
         let now = shared.clock.now();
         let mut state = shared.lock();

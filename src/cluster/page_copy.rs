@@ -97,7 +97,7 @@ impl PageCopy {
     pub fn get(&self, slot: Slot) -> io::Result<Option<Vec<u8>>> {
         match self {
             PageCopy::Memory(pages) => Ok(pages.get(&slot).map(|page| page.to_vec())),
-            PageCopy::Disk(files, _) => Ok(files.read(slot)?),
+            PageCopy::Disk(files, _) => files.read(slot),
         }
     }
 

@@ -22,12 +22,37 @@ use common::nats::NatsCluster;
 use common::sprouts::{lease_ms, Sprouts};
 use common::{Addr, Client, TestServer};
 
-/// Where node `i` of a test keeps its copy.
-fn dirs(test: &str) -> (PathBuf, Vec<PathBuf>) {
-    let base = std::env::temp_dir().join(format!("sprout-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
-    let dirs = (0..3).map(|i| base.join(format!("s{i}"))).collect();
-    (base, dirs)
+/// `n` NATS servers and `n` sprout nodes of cluster `name`, node `i`
+/// with `-b dirs[i]`, a leader agreed on; `None` without a NATS server
+/// (see the harness).
+struct OnDisk {
+    nats: NatsCluster,
+    sprouts: Sprouts,
+    base: PathBuf,
+    dirs: Vec<PathBuf>,
+}
+
+impl OnDisk {
+    fn start(test: &str, name: &str, n: usize) -> Option<OnDisk> {
+        let nats = NatsCluster::start(n, test)?;
+        let base = std::env::temp_dir().join(format!("sprout-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dirs: Vec<PathBuf> = (0..n).map(|i| base.join(format!("s{i}"))).collect();
+        let sprouts = Sprouts::start_with(&nats, name, n, with_dir(dirs.clone(), n));
+        sprouts.wait_leader(Duration::from_secs(30));
+        Some(OnDisk {
+            nats,
+            sprouts,
+            base,
+            dirs,
+        })
+    }
+
+    /// Stops the nodes, then removes their directories.
+    fn finish(self) {
+        drop(self.sprouts);
+        std::fs::remove_dir_all(&self.base).unwrap();
+    }
 }
 
 /// Node `i`'s flags: its directory, a small body cache, and as many
@@ -46,18 +71,15 @@ fn with_dir(dirs: Vec<PathBuf>, nats: usize) -> impl Fn(usize) -> Vec<String> + 
 
 #[test]
 fn with_bodies_on_the_nodes_disks_a_killed_leader_loses_no_job_and_no_body() {
-    let test = "cluster_bodies";
-    let Some(nats) = NatsCluster::start(3, test) else {
+    let Some(mut cluster) = OnDisk::start("cluster_bodies", "bodies", 3) else {
         return;
     };
-    let (base, dirs) = dirs(test);
-    let mut sprouts = Sprouts::start_with(&nats, "bodies", 3, with_dir(dirs.clone(), 3));
-    sprouts.wait_leader(Duration::from_secs(30));
+    let sprouts = &mut cluster.sprouts;
     let load = Load::start(&sprouts.ports);
     thread::sleep(Duration::from_millis(1500));
-    kill_leaders(&mut sprouts, 2);
+    kill_leaders(sprouts, 2);
     let log = load.finish();
-    check(&sprouts, &log);
+    check(sprouts, &log);
     // The check peeked every job: through a 64 KiB cache, most bodies
     // were read back from the leader's copy on disk.
     let leader = sprouts.wait_leader(Duration::from_secs(30));
@@ -67,24 +89,19 @@ fn with_bodies_on_the_nodes_disks_a_killed_leader_loses_no_job_and_no_body() {
     eprintln!("the last leader's body cache: {misses} misses, {errors} read errors");
     assert!(misses > 0, "no body was read from the disk");
     assert_eq!(errors, "0");
-    for dir in &dirs {
+    for dir in &cluster.dirs {
         let copy = dir.join("cluster-pages");
         assert!(copy.is_dir(), "{} has no copy", copy.display());
     }
-    drop(sprouts);
-    std::fs::remove_dir_all(&base).unwrap();
+    cluster.finish();
 }
 
 #[test]
 fn a_node_given_another_nodes_directory_is_refused() {
-    let test = "cluster_bodies_shared_dir";
-    let Some(nats) = NatsCluster::start(1, test) else {
+    let Some(cluster) = OnDisk::start("cluster_bodies_shared_dir", "shared", 1) else {
         return;
     };
-    let (base, dirs) = dirs(test);
-    let first = dirs[0].clone();
-    let sprouts = Sprouts::start_with(&nats, "shared", 1, with_dir(vec![first.clone()], 1));
-    sprouts.wait_leader(Duration::from_secs(30));
+    let (urls, first) = (cluster.nats.urls(), cluster.dirs[0].clone());
     let port = TestServer::free_port();
     let lease = lease_ms();
     let args = [
@@ -93,7 +110,7 @@ fn a_node_given_another_nodes_directory_is_refused() {
         "-p",
         &port.to_string(),
         "--cluster",
-        &nats.urls(),
+        &urls,
         "--cluster-name",
         "shared",
         "--node-id",
@@ -121,6 +138,5 @@ fn a_node_given_another_nodes_directory_is_refused() {
         refused.contains("in use by another cluster node"),
         "{refused}"
     );
-    drop(sprouts);
-    std::fs::remove_dir_all(&base).unwrap();
+    cluster.finish();
 }

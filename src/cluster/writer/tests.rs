@@ -78,18 +78,34 @@ fn a_standby_failure_fails_only_its_own_writer() {
 }
 
 #[test]
-fn a_snapshot_is_due_when_its_records_fill_enough_pages_or_the_writer_idles() {
-    use super::{snapshot_due, SNAP_BYTES};
-    // (page bytes waiting, idle, records waiting, log over its bound, due)
-    for (bytes, idle, waiting, over, due) in [
-        (0, false, false, false, false),
-        (SNAP_BYTES - 1, false, true, true, false),
-        (SNAP_BYTES, false, true, false, true),
-        (10, true, true, false, true),
-        (0, true, false, true, true),
-        (0, true, false, false, false),
+fn a_snapshot_is_due_when_its_records_fill_pages_the_log_needs_cleaning_or_the_writer_idles() {
+    use super::{Due, SNAP_BYTES};
+    const S: usize = SNAP_BYTES;
+    // (page bytes waiting, queued, idle, records waiting, log over its
+    // bound, the last snapshot freed bytes, due)
+    for (bytes, queued, idle, waiting, over, freed, due) in [
+        (0, false, false, false, false, false, false),
+        (S - 1, false, false, true, true, false, false),
+        (S, false, false, true, false, false, true),
+        (10, false, true, true, false, false, true),
+        (10, true, true, true, false, false, false),
+        (0, false, true, false, true, false, true),
+        (0, false, true, false, false, false, false),
+        // Cleaning goes on while it frees bytes, after queued records.
+        (0, false, false, false, true, true, true),
+        (0, true, false, false, true, true, false),
+        (0, false, false, false, true, false, false),
+        (10, false, false, true, false, true, false),
     ] {
-        let got = snapshot_due(bytes, idle, waiting, over);
-        assert_eq!(got, due, "{bytes} {idle} {waiting} {over}");
+        let got = Due {
+            bytes,
+            queued,
+            idle,
+            waiting,
+            over,
+            freed,
+        }
+        .snapshot();
+        assert_eq!(got, due, "{bytes} {queued} {idle} {waiting} {over} {freed}");
     }
 }

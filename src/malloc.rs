@@ -1,7 +1,7 @@
 //! How a long-running process uses glibc's allocator: `sprout bridge`'s
-//! own process, and a server with `-b` (process-wide settings, so only
-//! main.rs makes them; a memory-mode server keeps glibc's defaults, which
-//! its figures were measured with).
+//! own process, a server with `-b` and a cluster node (process-wide
+//! settings, so only the start makes them; a memory-mode single server
+//! keeps glibc's defaults, which its figures were measured with).
 //!
 //! * In `sprout bridge`, every allocation of 256 KiB or more is mapped by
 //!   itself and unmapped when freed ([`tune`]). By default glibc raises that threshold to the size of the
@@ -52,19 +52,18 @@ pub fn trim_free() {
         let trimmer = std::thread::Builder::new()
             .name("heap-trim".into())
             .spawn(|| {
-                let mut settled = 0;
+                // The least seen since the last trim.
+                let mut low = Look::default();
                 loop {
                     std::thread::sleep(TRIM_EVERY);
-                    let rss = resident();
-                    // SAFETY: mallinfo2 only reads the allocator's figures.
-                    let free = unsafe { libc::mallinfo2() }.fordblks;
-                    match worth_trimming(rss, settled, free) {
+                    let now = Look::now();
+                    low = match worth_trimming(now, low) {
                         true => {
                             trim();
-                            settled = resident();
+                            Look::now()
                         }
-                        false => settled = settled.min(rss),
-                    }
+                        false => low.least(now),
+                    };
                 }
             });
         if let Err(e) = trimmer {
@@ -73,14 +72,44 @@ pub fn trim_free() {
     }
 }
 
-/// Whether to trim, given the RSS now, the RSS right after the last trim
-/// and the heap's free bytes. Free bytes alone would say yes every time:
-/// glibc still counts the chunks a trim handed back as free, so an idle
-/// server walked its heap (~1,000 `madvise` calls at 1M jobs, the arena
-/// locked meanwhile) every few seconds for nothing. Only RSS grown by
-/// [`KEEP_FREE`] since then can be free heap faulted in again.
-fn worth_trimming(rss: usize, settled: usize, free: usize) -> bool {
-    free > KEEP_FREE && rss > settled.saturating_add(KEEP_FREE)
+/// The process's resident bytes and the heap's free bytes at one look.
+#[derive(Clone, Copy, Debug, Default)]
+struct Look {
+    rss: usize,
+    free: usize,
+}
+
+impl Look {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn now() -> Look {
+        // SAFETY: mallinfo2 only reads the allocator's figures.
+        let free = unsafe { libc::mallinfo2() }.fordblks;
+        Look {
+            rss: resident(),
+            free,
+        }
+    }
+
+    fn least(self, other: Look) -> Look {
+        Look {
+            rss: self.rss.min(other.rss),
+            free: self.free.min(other.free),
+        }
+    }
+}
+
+/// Whether to trim, given a look `now` and the least seen since the last
+/// trim (`low`). Free bytes alone would say yes every time: glibc still
+/// counts the chunks a trim handed back as free, so an idle server walked
+/// its heap (~1,000 `madvise` calls at 1M jobs, the arena locked
+/// meanwhile) every few seconds for nothing. Free heap is resident again
+/// once RSS grew by [`KEEP_FREE`] since (chunks handed back were faulted
+/// in again), or once the free bytes grew by as much (what was live at the
+/// last trim was freed since: a cluster node's pages, cleaned after a
+/// drain, kept 270 MB resident when only RSS counted).
+fn worth_trimming(now: Look, low: Look) -> bool {
+    let grown = |now: usize, low: usize| now > low.saturating_add(KEEP_FREE);
+    now.free > KEEP_FREE && (grown(now.rss, low.rss) || grown(now.free, low.free))
 }
 
 /// This process's resident bytes (`/proc/self/statm`), 0 if unreadable
@@ -108,26 +137,37 @@ pub fn trim() {
 
 #[cfg(test)]
 mod tests {
-    use super::{worth_trimming, KEEP_FREE};
+    use super::{worth_trimming, Look, KEEP_FREE};
 
     #[test]
-    fn trims_only_free_heap_that_came_back_into_rss() {
+    fn trims_only_free_heap_that_is_resident() {
         const MB: usize = 1 << 20;
-        // (rss, settled after the last trim, free heap, trim?)
+        let look = |rss, free| Look { rss, free };
+        // (now, the least since the last trim, trim?)
         let table = [
-            (300 * MB, 0, 100 * MB, true),         // the first look after a fill
-            (260 * MB, 260 * MB, 100 * MB, false), // trimmed already: free, but not resident
-            (260 * MB + KEEP_FREE, 260 * MB, 100 * MB, false), // grown by just the allowance
-            (300 * MB, 260 * MB, 100 * MB, true),  // a burst faulted free pages in again
-            (300 * MB, 260 * MB, KEEP_FREE, false), // grown, but by live data, not free heap
-            (300 * MB, usize::MAX, 100 * MB, false), // no overflow
+            (look(300 * MB, 100 * MB), Look::default(), true), // the first look after a fill
+            (look(260 * MB, 100 * MB), look(260 * MB, 100 * MB), false), // trimmed already: free, but not resident
+            (
+                look(260 * MB + KEEP_FREE, 100 * MB),
+                look(260 * MB, 100 * MB),
+                false,
+            ), // grown by just the allowance
+            (look(300 * MB, 100 * MB), look(260 * MB, 100 * MB), true), // a burst faulted free pages in again
+            (look(300 * MB, KEEP_FREE), look(260 * MB, 0), false), // grown, but by live data, not free heap
+            (look(260 * MB, 350 * MB), look(260 * MB, 100 * MB), true), // live data freed since the trim
+            (
+                look(260 * MB, 100 * MB + KEEP_FREE),
+                look(260 * MB, 100 * MB),
+                false,
+            ), // freed just the allowance
+            (
+                look(300 * MB, 100 * MB),
+                look(usize::MAX, usize::MAX),
+                false,
+            ), // no overflow
         ];
-        for (rss, settled, free, want) in table {
-            assert_eq!(
-                worth_trimming(rss, settled, free),
-                want,
-                "{rss} {settled} {free}"
-            );
+        for (now, low, want) in table {
+            assert_eq!(worth_trimming(now, low), want, "{now:?} {low:?}");
         }
     }
 }

@@ -1,7 +1,6 @@
 //! How a long-running process uses glibc's allocator: `sprout bridge`'s
-//! own process, a server with `-b` and a cluster node (process-wide
-//! settings, so only the start makes them; a memory-mode single server
-//! keeps glibc's defaults, which its figures were measured with).
+//! own process and the server (process-wide settings, so only the start
+//! makes them).
 //!
 //! * In `sprout bridge`, every allocation of 256 KiB or more is mapped by
 //!   itself and unmapped when freed ([`tune`]). By default glibc raises that threshold to the size of the
@@ -17,7 +16,9 @@
 //!   `malloc_trim` (the index's own ~89 MB, 94 bytes a key against 129);
 //!   after their firing, 215 MB. In a durable server (sled's log buffers
 //!   and what it takes in), after a fill of 1M 100-byte jobs: ~100 MB of
-//!   RSS (docs/durability.md, "Memory while serving").
+//!   RSS (docs/durability.md, "Memory while serving"). In any server, the
+//!   body pages a drained burst hands back (`engine/bodies.rs`): 200k 1 KiB
+//!   jobs put and drained in memory mode left 223 MB resident untrimmed.
 
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ pub fn tune() {
 }
 
 /// Starts the thread that hands free heap above [`KEEP_FREE`] back to the
-/// kernel. A durable server does only this: the fixed mapping threshold
+/// kernel. The server does only this: the fixed mapping threshold
 /// maps each of sled's 512 KiB log buffers afresh, which cost its puts
 /// ~0.6 us of CPU each (+15-20%, 2 rounds at 1M jobs).
 pub fn trim_free() {

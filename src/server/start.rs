@@ -104,11 +104,9 @@ fn check(args: &Args) -> Started<Checked> {
 /// The server: checks, binds, drops privileges, recovers or joins the
 /// cluster, and serves until SIGTERM or SIGINT.
 pub async fn serve(args: Args, inherited: Vec<(OwnedFd, String)>) -> Started<()> {
-    if args.binlog_dir.is_some() || args.cluster.urls.is_some() {
-        // What sled takes in, and a cluster node's pages and stream
-        // messages, churn the heap (see `malloc`).
-        crate::malloc::trim_free();
-    }
+    // What sled takes in, a cluster node's pages and a burst of jobs
+    // churn the heap (see `malloc`).
+    crate::malloc::trim_free();
     let checked = check(&args)?;
     let (tls, cluster) = (checked.tls.as_ref(), checked.cluster.as_ref());
     let listeners = listen(&args, inherited, tls, cluster).await?;

@@ -62,6 +62,10 @@ const MIN_BUCKETS_LOG2: u32 = 4;
 /// in an eighth of that.
 const MIGRATE_STEP: u32 = 8;
 
+/// Slots an empty table keeps room for however many it held: giving back
+/// less is not worth a reallocation.
+const KEEP_SLOTS: usize = 4096;
+
 /// The most jobs the table holds: 2^30 - 1, well inside `u32` slots and
 /// heap positions (and the limit since positions shared a word with the
 /// job's state).
@@ -402,7 +406,33 @@ impl JobTable {
             self.spilled.remove(&slot);
         }
         self.migrate(MIGRATE_STEP);
+        if self.len == 0 {
+            self.empty_out();
+        }
         (id, tube)
+    }
+
+    /// Once the last job is gone, gives back the room a burst grew: the
+    /// slab, the positions, the free list and the index keep their peak
+    /// size while any job is left (slots stay put), and a server drained
+    /// of 1M jobs with `-b` held 106 MB where it started with 15. (The
+    /// heaps and the body slabs give theirs back as they empty.)
+    fn empty_out(&mut self) {
+        if self.slab.capacity() <= KEEP_SLOTS {
+            return;
+        }
+        self.slab = Vec::new();
+        self.heap_pos = Vec::new();
+        self.free = Vec::new();
+        self.index = IdIndex::with_log2(MIN_BUCKETS_LOG2);
+        self.old = None;
+        self.moved = 0;
+    }
+
+    /// The slots the slab has room for and the index's buckets.
+    #[cfg(test)]
+    pub(super) fn room(&self) -> (usize, usize) {
+        (self.slab.capacity(), self.index.buckets.len())
     }
 
     /// Where the job in `slot` sits in its tube's ready or delay heap.

@@ -65,6 +65,40 @@ fn job_table_against_a_hash_map(reserved: usize) {
     }
 }
 
+#[test]
+fn an_emptied_job_table_gives_back_its_room_and_serves_on() {
+    let mut table = JobTable::new();
+    let put = |table: &mut JobTable, ids: std::ops::Range<JobId>| -> Vec<(JobId, JobSlot)> {
+        let put = |id| {
+            (
+                id,
+                table.insert(id, 0, table_profile(id), 0, &table_body(id)),
+            )
+        };
+        ids.map(put).collect()
+    };
+    let burst = put(&mut table, 1..20_001);
+    let (slots, buckets) = table.room();
+    assert!(slots >= 20_000 && buckets >= 16_384, "{slots} {buckets}");
+    // While a job is left, slots stay put, and so does the room.
+    for &(id, slot) in &burst[1..] {
+        assert_eq!(table.remove(slot).0, id);
+    }
+    assert_eq!(table.room(), (slots, buckets));
+    assert_eq!(table.find(1), Some(burst[0].1));
+    assert_eq!(table.body_bytes(burst[0].1), &table_body(1)[..]);
+    assert_eq!(table.remove(burst[0].1).0, 1);
+    assert_eq!(table.room(), JobTable::new().room());
+    // Taken up again from nothing.
+    let again = put(&mut table, 20_001..20_101);
+    for (id, slot) in again {
+        assert_eq!(table.find(id), Some(slot));
+        assert_eq!(table.body_bytes(slot), &table_body(id)[..]);
+    }
+    assert_eq!(table.find(1), None);
+    assert_eq!(table.find(20_000), None);
+}
+
 /// A profile for job `id`: hundreds of them, so unused ones are dropped
 /// and made again (`profile.rs`) while others stay in use.
 fn table_profile(id: JobId) -> Profile {

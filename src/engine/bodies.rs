@@ -233,7 +233,7 @@ impl Class {
         let (p, offset) = self.locate(at);
         let page = &mut self.pages[p];
         page.bytes[offset..offset + LINK].copy_from_slice(&page.free.to_ne_bytes());
-        page.free = (offset / self.size) as u32;
+        page.free = at & ((1 << self.page_log2) - 1);
         page.live -= 1;
         if !page.listed {
             page.listed = true;

@@ -114,13 +114,20 @@ fn stream_state(nats: &NatsCluster, stream: &str) -> (u64, u64, u64) {
     })
 }
 
+/// Three NATS servers and one sprout node of cluster `name`, leading, and
+/// its port; `None` without a NATS server (see the harness).
+fn one_node(test: &str, name: &str) -> Option<(NatsCluster, Sprouts, u16)> {
+    let nats = NatsCluster::start(3, test)?;
+    let sprouts = Sprouts::start(&nats, name, 1);
+    let port = sprouts.ports[sprouts.wait_leader(Duration::from_secs(30))];
+    Some((nats, sprouts, port))
+}
+
 #[test]
 fn churn_leaves_the_stream_bounded_by_the_live_jobs() {
-    let Some(nats) = NatsCluster::start(3, "churn_leaves_the_stream_bounded") else {
+    let Some((nats, _sprouts, port)) = one_node("churn_leaves_the_stream_bounded", "churn") else {
         return;
     };
-    let sprouts = Sprouts::start(&nats, "churn", 1);
-    let port = sprouts.ports[sprouts.wait_leader(Duration::from_secs(30))];
     let mut c = Client::tcp(port);
     for _ in 0..LIVE {
         c.put_with(0, 3600, 60, BODY);
@@ -153,11 +160,9 @@ const BIG: &[u8] = &[b'y'; 1024];
 
 #[test]
 fn a_drained_leader_cleans_its_log_at_once() {
-    let Some(nats) = NatsCluster::start(3, "a_drained_leader_cleans") else {
+    let Some((nats, _sprouts, port)) = one_node("a_drained_leader_cleans", "drained") else {
         return;
     };
-    let sprouts = Sprouts::start(&nats, "drained", 1);
-    let port = sprouts.ports[sprouts.wait_leader(Duration::from_secs(30))];
     on_each(port, DRAINED, |port, n| put_all(port, n, BIG));
     on_each(port, DRAINED, |port, n| reserve_and_delete(port, n, BIG));
     // Dead pages cleaned a snapshot at a time, back to back (once an idle

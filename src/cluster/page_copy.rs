@@ -236,6 +236,8 @@ impl PageFiles {
         }
         room.truncate(8 + len);
         room.drain(..8);
+        // The body cache holds slices of it, charged its allocation.
+        room.shrink_to_fit();
         Ok(Some(room))
     }
 }

@@ -35,12 +35,19 @@ use super::ballast::free_space;
 use super::blobs::Blobs;
 use super::body_read::Bodies;
 use super::log::Log;
+use super::pack::{self, Placed};
 use super::page;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
+use super::share::Unshared;
+use super::slots::Slot;
 use super::whole::Marker;
-use super::{pack, segment, Progress, Seq};
+use super::{segment, Progress, Seq};
 use crate::binlog_stats::BinlogStats;
 use crate::engine::Record;
+
+/// What a commit wrote: the new pages' slots and sequence numbers, and
+/// where the batch's bodies are in them.
+type Written = (Vec<(Slot, u64)>, Vec<Placed>);
 
 /// What the journal sends the absorber, in journal order.
 pub enum Absorb {
@@ -106,6 +113,8 @@ pub struct Absorber {
     /// The bodies pinned until sled holds them (`body_read.rs`); an
     /// updated job's body, before its page is read (`pack.rs`).
     pub bodies: Arc<Bodies>,
+    /// Bodies the cache may hold as copies of what sled's pages hold.
+    pub unshared: Unshared,
 }
 
 #[derive(Default)]
@@ -163,12 +172,12 @@ impl Absorber {
                 self.flushed,
                 self.state.commit,
             );
-            let received = if window.frames.is_empty() && self.can_clean() {
+            let share_at = self.unshared.due().filter(|_| self.broken.is_none());
+            let idle_work = self.can_clean() || share_at.is_some_and(|at| at <= now);
+            let received = if window.frames.is_empty() && idle_work {
                 match rx.try_recv() {
                     Err(TryRecvError::Empty) => {
-                        // Nothing waits: a cleaning step on its own.
-                        let result = self.commit(&[]);
-                        self.report(result);
+                        self.idle_step();
                         continue;
                     }
                     received => received.ok(),
@@ -178,7 +187,9 @@ impl Absorber {
                 let wait = match (low_disk_until, window.due()) {
                     (Some(until), _) => Err(until),
                     (None, Some(due)) => Ok(due),
-                    (None, None) => Err(Instant::now() + Duration::from_secs(1)),
+                    (None, None) => {
+                        Err(share_at.unwrap_or(Instant::now() + Duration::from_secs(1)))
+                    }
                 };
                 match wait {
                     Ok(due) => {
@@ -231,6 +242,17 @@ impl Absorber {
         }
     }
 
+    /// Nothing waits: a cleaning step on its own, or else (the store
+    /// quiet) cached bodies made slices of sled's pages (`share.rs`).
+    fn idle_step(&mut self) {
+        if self.can_clean() {
+            let result = self.commit(&[]);
+            self.report(result);
+        } else if self.broken.is_none() {
+            self.unshared.step(&self.db, &self.bodies);
+        }
+    }
+
     fn can_clean(&self) -> bool {
         self.broken.is_none() && self.state.log.over_bound()
     }
@@ -250,12 +272,13 @@ impl Absorber {
         let window = std::mem::take(window);
         if self.broken.is_none() {
             let result = self.commit(&window.frames);
-            if self.report(result) {
+            if let Some((pages, placed)) = self.report(result) {
                 self.state.ids_below = window.ids_below;
                 // Not before: until sled holds them, the cache is the only
                 // place to read these bodies from.
                 let records = window.frames.iter().flat_map(|(_, records)| records);
                 self.bodies.absorbed(records);
+                self.unshared.queue(Instant::now(), &pages, &placed);
             }
         }
         let absorbed = window.last_seq;
@@ -296,7 +319,7 @@ impl Absorber {
             }
             if self.flushed < last_commit {
                 let result = self.make_durable();
-                if !self.report(result) {
+                if self.report(result).is_none() {
                     return;
                 }
             }
@@ -329,15 +352,16 @@ impl Absorber {
     /// Applies frames as one atomic batch (see `pack.rs`): their last word
     /// on each job they touched, in new pages, plus what cleaning the
     /// oldest pages copies out of them. No frames: a cleaning step on its
-    /// own.
-    fn commit(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
+    /// own. Returns the new pages' slots and sequence numbers, and where
+    /// the batch's bodies are in them.
+    fn commit(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<Written> {
         // Readers of bodies (`body_read.rs`) look again if a read does not
         // check out while this runs.
         let dir = self.state.log.directory();
         dir.change(|| self.pack_and_apply(frames))
     }
 
-    fn pack_and_apply(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<()> {
+    fn pack_and_apply(&mut self, frames: &[(u64, Vec<Record>)]) -> io::Result<Written> {
         let db = &self.db;
         let old_page = |slot| match db.get(page::page_key(slot)) {
             Ok(Some(value)) => Ok(Some(value.to_vec())),
@@ -354,7 +378,9 @@ impl Absorber {
         for slot in packed.freed {
             batch.remove(&page::page_key(slot));
         }
+        let mut pages = Vec::with_capacity(packed.pages.len());
         for (slot, value) in packed.pages {
+            pages.push((slot, page::read(&value).map_or(0, |(seq, _)| seq)));
             batch.insert(&page::page_key(slot), value);
         }
         let commit = frames.last().map_or(self.state.commit, |(c, _)| *c);
@@ -365,7 +391,7 @@ impl Absorber {
         self.stats
             .records_migrated
             .fetch_add(packed.moved, Ordering::Relaxed);
-        Ok(())
+        Ok((pages, packed.bodies))
     }
 
     fn make_durable(&mut self) -> io::Result<()> {
@@ -377,10 +403,13 @@ impl Absorber {
         Ok(())
     }
 
-    /// Logs a failure and stops writing to sled; says whether `result`
-    /// was Ok.
-    fn report(&mut self, result: io::Result<()>) -> bool {
-        let Err(e) = result else { return true };
+    /// Logs a failure and stops writing to sled; returns what `result`
+    /// holds if it is Ok.
+    fn report<T>(&mut self, result: io::Result<T>) -> Option<T> {
+        let e = match result {
+            Ok(value) => return Some(value),
+            Err(e) => e,
+        };
         if self.broken.is_none() {
             tracing::error!(
                 "the store failed to take in the journal: {e}; the journal keeps \
@@ -389,6 +418,6 @@ impl Absorber {
             self.broken = Some(e.to_string());
             self.progress.send_modify(|p| p.absorb_paused = true);
         }
-        false
+        None
     }
 }

@@ -26,10 +26,19 @@
 //! Only bodies the engine does not hold enter it (longer than
 //! `engine::INLINE_BODY`): a copy of one the engine holds would be held
 //! twice. Its figures are in `stats` (`body-cache-*`), with `-b`.
+//!
+//! A body read back is held as a slice of its page ([`PageKey`]), not a
+//! copy, and so is a put's once the store is quiet (`share.rs`): sled
+//! keeps the pages it wrote or read in its own cache, so a copy held every
+//! such body twice (issue 33: 10k 1 KiB jobs, ~10 MB). A page is charged
+//! once, in full, while any of its bodies is held, so the bound still
+//! holds for what the cache alone keeps alive once sled lets the page go.
 
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
 use crate::binlog_stats::BinlogStats;
@@ -37,9 +46,9 @@ use crate::binlog_stats::BinlogStats;
 mod index;
 use index::Index;
 
-/// What an entry costs beyond its body: its slot (id, `Bytes`, bits:
-/// 48 bytes), its map entry and the map's slack.
-pub const ENTRY_CHARGE: u64 = 96;
+/// What an entry costs beyond its body: its slot (id, `Bytes`, page,
+/// bits: 64 bytes), its map entry and the map's slack.
+pub const ENTRY_CHARGE: u64 = 112;
 
 /// How many changes [`BodyCache::settle`] makes per hold of the lock.
 const SETTLE_AT_ONCE: usize = 256;
@@ -56,9 +65,32 @@ pub enum Settle {
     Remove(JobId),
 }
 
+/// The page a held body is a slice of: where its bytes start (the page is
+/// alive while the cache holds a slice of it, so no other page starts
+/// there meanwhile) and what it is charged.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct PageKey {
+    at: NonZeroUsize,
+    charge: u32,
+}
+
+impl PageKey {
+    /// The key of `page`, charged `charge` bytes: what keeping it alive
+    /// costs (its allocation, which may be longer than the page).
+    pub fn new(page: &Bytes, charge: usize) -> PageKey {
+        PageKey {
+            at: NonZeroUsize::new(page.as_ptr() as usize).unwrap_or(NonZeroUsize::MIN),
+            charge: charge.try_into().unwrap_or(u32::MAX),
+        }
+    }
+}
+
 struct Slot {
     id: JobId,
     body: Bytes,
+    /// The page `body` is a slice of; `None`: a copy of its own (a put's,
+    /// until sled takes it in).
+    page: Option<PageKey>,
     /// CLOCK's bit: used since the hand last passed.
     referenced: bool,
     pinned: bool,
@@ -68,8 +100,12 @@ struct Slot {
 }
 
 impl Slot {
+    /// Its own charge; its page's is the ring's ([`Ring::hold`]).
     fn charge(&self) -> u64 {
-        charge(&self.body)
+        match self.page {
+            None => charge(&self.body),
+            Some(_) => ENTRY_CHARGE,
+        }
     }
 }
 
@@ -84,7 +120,9 @@ struct Ring {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
     hand: usize,
-    /// Charged bytes of every entry, and of the pinned ones.
+    /// How many held bodies each page has.
+    pages: FxHashMap<PageKey, u32>,
+    /// Charged bytes of every entry and page, and of the pinned entries.
     bytes: u64,
     pinned: u64,
     max: u64,
@@ -162,24 +200,26 @@ impl BodyCache {
     #[cfg(test)]
     pub fn put(&self, id: JobId, body: Bytes, pin: bool) {
         let mut ring = self.lock();
-        ring.put(id, body, pin);
+        ring.put(id, body, pin, None);
         self.publish(&mut ring);
     }
 
-    /// Holds each of `bodies` it does not hold already, unpinned, under
-    /// one hold of the lock: a cold read's page (`body_read.rs`), a page
-    /// read ahead (`read_ahead.rs`). Marks `mark`'s entry, if held then
-    /// (see [`BodyCache::find`]). Returns the ids it put in: their jobs'
-    /// deletes may have been settled meanwhile (`read_ahead::keep`).
+    /// Holds each of `bodies`, slices of `page`, it does not hold already,
+    /// unpinned, under one hold of the lock: a cold read's page
+    /// (`body_read.rs`), a page read ahead (`read_ahead.rs`). Marks
+    /// `mark`'s entry, if held then (see [`BodyCache::find`]). Returns the
+    /// ids it put in: their jobs' deletes may have been settled meanwhile
+    /// (`read_ahead::keep`).
     pub fn offer(
         &self,
+        page: PageKey,
         bodies: impl IntoIterator<Item = (JobId, Bytes)>,
         mark: Option<JobId>,
     ) -> Vec<JobId> {
         let mut ring = self.lock();
         let mut new = Vec::new();
         for (id, body) in bodies {
-            if !ring.index.contains(id) && ring.put(id, body, false) {
+            if !ring.index.contains(id) && ring.put(id, body, false, Some(page)) {
                 new.push(id);
             }
         }
@@ -202,7 +242,7 @@ impl BodyCache {
         }
         let mut ring = self.lock();
         for (id, body) in bodies {
-            ring.put(id, body, true);
+            ring.put(id, body, true, None);
         }
         self.publish(&mut ring);
     }
@@ -227,6 +267,19 @@ impl BodyCache {
             drop(ring);
             gone.clear();
         }
+    }
+
+    /// Bodies in a page sled holds, as slices of it (`share.rs`): the
+    /// unpinned body held for each job, if as long (a job's body never
+    /// changes), becomes its slice. The bodies let go of are freed after
+    /// the lock is released.
+    pub fn share(&self, page: PageKey, bodies: Vec<(JobId, Bytes)>) {
+        let mut gone = Vec::new();
+        let mut ring = self.lock();
+        ring.share(page, bodies, &mut gone);
+        ring.evict();
+        self.publish(&mut ring);
+        drop(ring);
     }
 
     /// Drops the body of `id` now: a put the store failed to keep
@@ -284,21 +337,25 @@ impl Ring {
         Some((slot.body.clone(), std::mem::take(&mut slot.ahead)))
     }
 
-    /// Holds `body` as `id`'s (unmarked); says whether it did (it may be
-    /// evicted again before this returns).
-    fn put(&mut self, id: JobId, body: Bytes, pin: bool) -> bool {
+    /// Holds `body` as `id`'s (unmarked), a slice of `page` if given (never
+    /// pinned then: a pinned body is a put's own); says whether it did (it
+    /// may be evicted again before this returns).
+    fn put(&mut self, id: JobId, body: Bytes, pin: bool, page: Option<PageKey>) -> bool {
         // Held already only if read back while it was being put again
         // (recovery's tail): rare, so a miss here is the common case.
         let was_pinned = self.index.contains(id) && self.remove(id).is_some_and(|s| s.pinned);
         let pinned = pin || was_pinned;
+        debug_assert!(!(pinned && page.is_some()), "a pinned body is a copy");
         // An unpinned body larger than the whole cache would only evict
         // everything else, then itself.
-        if !pinned && charge(&body) > self.max {
+        let cost = page.map_or(charge(&body), |page| ENTRY_CHARGE + u64::from(page.charge));
+        if !pinned && cost > self.max {
             return false;
         }
         let slot = Slot {
             id,
             body,
+            page: page.filter(|_| !pinned),
             referenced: true,
             pinned,
             ahead: false,
@@ -306,6 +363,9 @@ impl Ring {
         self.bytes += slot.charge();
         if pinned {
             self.pinned += slot.charge();
+        }
+        if let Some(page) = slot.page {
+            self.hold(page, 1);
         }
         let at = match self.free.pop() {
             Some(at) => {
@@ -320,6 +380,55 @@ impl Ring {
         self.index.insert(id, at);
         self.evict();
         true
+    }
+
+    /// Makes each unpinned body held of `bodies`' jobs, if as long, its
+    /// slice of `page`; what they held before goes to `gone` (let go of
+    /// outside the lock).
+    fn share(&mut self, page: PageKey, bodies: Vec<(JobId, Bytes)>, gone: &mut Vec<Bytes>) {
+        let mut taken = 0;
+        for (id, body) in bodies {
+            let Some(at) = self.index.get(id) else {
+                continue;
+            };
+            let slot = self.slots[at as usize]
+                .as_mut()
+                .expect("indexed slots hold");
+            if slot.pinned || slot.body.len() != body.len() || slot.page == Some(page) {
+                continue;
+            }
+            let before = slot.charge();
+            let old_page = slot.page.replace(page);
+            gone.push(std::mem::replace(&mut slot.body, body));
+            self.bytes = self.bytes - before + ENTRY_CHARGE;
+            if let Some(old_page) = old_page {
+                self.release(old_page);
+            }
+            taken += 1;
+        }
+        self.hold(page, taken);
+    }
+
+    /// Counts `n` more bodies held of `page`: charged on the first.
+    fn hold(&mut self, page: PageKey, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let held = self.pages.entry(page).or_insert(0);
+        if *held == 0 {
+            self.bytes += u64::from(page.charge);
+        }
+        *held += n;
+    }
+
+    /// Counts one body fewer held of `page`: its charge goes with the last.
+    fn release(&mut self, page: PageKey) {
+        let held = self.pages.get_mut(&page).expect("held pages are counted");
+        *held -= 1;
+        if *held == 0 {
+            self.pages.remove(&page);
+            self.bytes -= u64::from(page.charge);
+        }
     }
 
     fn unpin(&mut self, id: JobId) {
@@ -341,6 +450,9 @@ impl Ring {
         self.bytes -= slot.charge();
         if slot.pinned {
             self.pinned -= slot.charge();
+        }
+        if let Some(page) = slot.page {
+            self.release(page);
         }
         self.free.push(at);
         Some(slot)
@@ -387,6 +499,7 @@ impl Ring {
         }
         self.slots.shrink_to(2 * self.slots.len());
         self.free.shrink_to_fit();
+        self.pages.shrink_to_fit();
         self.index.shrink();
     }
 }

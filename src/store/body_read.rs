@@ -27,16 +27,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sprout_protocol::JobId;
 
-use super::body_cache::{BodyCache, Settle};
+use super::body_cache::{BodyCache, PageKey, Settle};
+use super::corrupt::Corrupt;
 use super::directory::{Directory, Found};
 use super::log::Log;
 use super::page;
-use super::page_source::{PageSource, Source};
+use super::page_source::{PageSource, PageValue, Source};
 use super::read_ahead::{self, ReadAhead};
 use super::record;
 use super::slots::Slot;
 use crate::binlog_stats::BinlogStats;
-use crate::engine::{Record, INLINE_BODY};
+use crate::engine::{JobImage, Record, INLINE_BODY};
 
 /// How many times a read whose page changed under it looks again.
 const RETRIES: u32 = 16;
@@ -76,12 +77,12 @@ pub type Neighbors = Vec<(JobId, Bytes)>;
 
 /// Job `id`'s body, read from its page by `read_page` (a slot's value,
 /// `None` if the slot is empty) where `dir` says it is, and the page's
-/// other bodies.
-pub fn read<V: AsRef<[u8]>>(
+/// other bodies: slices of the page, whose key the cache charges.
+pub fn read<V: Into<PageValue>>(
     dir: &Directory,
     read_page: impl Fn(Slot) -> io::Result<Option<V>>,
     id: JobId,
-) -> Result<(Bytes, Neighbors), Failed> {
+) -> Result<(Bytes, PageKey, Neighbors), Failed> {
     let damaged = |why: &str| Failed::Damaged(format!("job {id}: {why}"));
     let mut last = "";
     for _ in 0..=RETRIES {
@@ -89,8 +90,11 @@ pub fn read<V: AsRef<[u8]>>(
         let attempt = match dir.find(id) {
             None => Err(Miss::Stale("no place")),
             Some(found) => match read_page(found.slot) {
-                Ok(Some(value)) => body_in(value.as_ref(), found, id)
-                    .map(|body| (body, neighbors_in(dir, value.as_ref(), id))),
+                Ok(Some(value)) => {
+                    let (page, key) = value.into().shared();
+                    shared_body_in(&page, found, id)
+                        .map(|body| (body, key, neighbors_in(dir, &page, id)))
+                }
                 Ok(None) => Err(Miss::Stale("its page's slot is empty")),
                 Err(e) => Err(Miss::Damaged(format!("reading its page: {e}"))),
             },
@@ -117,8 +121,8 @@ pub fn read<V: AsRef<[u8]>>(
 /// next. A backlog larger than the cache drained at 0.27x the rate with
 /// bodies in RAM while every reserve read its own page (issue 33). Which
 /// bodies: `read_ahead::live_bodies`.
-fn neighbors_in(dir: &Directory, value: &[u8], id: JobId) -> Neighbors {
-    let mut bodies = read_ahead::live_bodies(dir, value);
+fn neighbors_in(dir: &Directory, page: &Bytes, id: JobId) -> Neighbors {
+    let mut bodies = read_ahead::live_bodies(dir, page);
     bodies.retain(|&(other, _)| other != id);
     bodies
 }
@@ -137,9 +141,27 @@ fn settled(dir: &Directory) -> u64 {
 }
 
 /// The body in page `value`, if it is the page `found` names and holds an
-/// image of job `id` as long as `found` says. Packing reads an updated
-/// job's body with it too (`pack.rs`).
+/// image of job `id` as long as `found` says: a copy, which keeps no page
+/// alive. Packing reads an updated job's body with it too (`pack.rs`),
+/// and recovery a put only sled holds.
 pub(super) fn body_in(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Miss> {
+    image_in(value, found, id, record::decode_job)
+}
+
+/// [`body_in`], the body a slice of `page` (for the body cache).
+fn shared_body_in(page: &Bytes, found: Found, id: JobId) -> Result<Bytes, Miss> {
+    let mut decoder = record::Decoder::default();
+    image_in(page, found, id, |image| decoder.job(page, image))
+}
+
+/// The body of job `id`'s image in `value`, decoded by `decode`, checked
+/// as [`body_in`] says.
+fn image_in(
+    value: &[u8],
+    found: Found,
+    id: JobId,
+    decode: impl FnOnce(&[u8]) -> Result<JobImage, Corrupt>,
+) -> Result<Bytes, Miss> {
     let seq = found.seq;
     let damaged = |e: &dyn std::fmt::Display| Miss::Damaged(format!("page {seq}: {e}"));
     let (stored_seq, entries) = page::read(value).map_err(|e| damaged(&e))?;
@@ -154,7 +176,7 @@ pub(super) fn body_in(value: &[u8], found: Found, id: JobId) -> Result<Bytes, Mi
         if entry.raw.len() != found.len as usize {
             return Err(Miss::Stale("its image in the page is of another length"));
         }
-        let job = record::decode_job(image).map_err(|e| damaged(&e))?;
+        let job = decode(image).map_err(|e| damaged(&e))?;
         if job.id != id {
             return Err(damaged(&format!(
                 "an image of job {} filed as {id}",
@@ -300,9 +322,9 @@ impl Bodies {
             None => Err(io::Error::other("the store is closed")),
         };
         let since = self.dir.epoch();
-        let got = read(&self.dir, read_page, id).map(|(body, neighbors)| {
-            let read = std::iter::once((id, body.clone()));
-            read_ahead::keep(&self.cache, &self.dir, read.chain(neighbors), None, since);
+        let got = read(&self.dir, read_page, id).map(|(body, page, neighbors)| {
+            let read = std::iter::once((id, body.clone())).chain(neighbors);
+            read_ahead::keep(&self.cache, &self.dir, page, read, None, since);
             self.ahead.ask(id, false);
             self.ahead.wake();
             body

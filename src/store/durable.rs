@@ -29,6 +29,7 @@ use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
 pub use super::recover::Restore;
 use super::recover::{self, Recovered};
+use super::share::Unshared;
 use super::whole::Marker;
 use super::{ids, segment, Policy, Progress, Seq, Store};
 use crate::binlog_stats::BinlogStats;
@@ -149,6 +150,7 @@ impl DurableStore {
             whole,
             low_disk: false,
             bodies: bodies.clone(),
+            unshared: Unshared::default(),
         };
         spawn("sprout-store", move || absorber.run(absorb_rx))?;
         spawn("sprout-alloc", move || allocator.run(calls))?;

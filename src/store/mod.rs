@@ -32,6 +32,7 @@
 //!   cluster node's copy); `body_read.rs`: a body read back from its page,
 //!   checked;
 //!   `read_ahead.rs`: the pages after it read in the background, for a drain;
+//!   `share.rs`: cached bodies made slices of sled's pages, when idle;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -74,6 +75,7 @@ mod record;
 mod recover;
 mod room;
 mod segment;
+mod share;
 mod slots;
 mod whole;
 

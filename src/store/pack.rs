@@ -29,7 +29,7 @@ use super::log::{self, Log};
 use super::page::{self, PageBuilder};
 use super::record;
 use super::slots::Slot;
-use crate::engine::{JobImage, Record};
+use crate::engine::{JobImage, Record, INLINE_BODY};
 
 /// What one batch changes in the page log.
 #[derive(Debug, Default)]
@@ -40,6 +40,27 @@ pub struct Packed {
     pub freed: Vec<Slot>,
     /// Live images copied out of cleaned pages.
     pub moved: u64,
+    /// Where the batch's bodies longer than `INLINE_BODY` lie in `pages`:
+    /// the body cache holds them as slices of the pages (`body_read.rs`).
+    pub bodies: Vec<Placed>,
+}
+
+/// A job's body in the new pages (24 bytes: `share.rs` queues thousands;
+/// a body, like a page, is shorter than 4 GiB: `-z`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub id: JobId,
+    /// Its index in `Packed::pages`.
+    pub page: u32,
+    /// Where it starts and ends in that page.
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Placed {
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
 }
 
 /// The batch's last word on a job.
@@ -81,28 +102,33 @@ pub fn pack<'a>(
     let mut log = log.hold();
     let first_seq = log.next_seq();
     let mut pages = PageBuilder::default();
+    let mut bodies = Vec::new();
     for id in order {
         let stored = log.forget(id);
         let word = last[&id];
         match word.image {
             Some(image) => {
-                let (page, len) = if word.whole {
-                    pages.image(image)
-                } else {
-                    let body = word.body.cloned().or_else(|| read.remove(&id));
-                    let body = body.expect("every updated job's body is found");
-                    pages.image(&JobImage {
-                        body,
-                        ..image.clone()
-                    })
-                };
+                let (page, len, body) = write_image(&mut pages, word, image, || read.remove(&id));
                 log.place(first_seq + page as u64, id, len);
+                if body > INLINE_BODY {
+                    let (page, end) = (page as u32, pages.end() as u32);
+                    let start = end - body as u32;
+                    bodies.push(Placed {
+                        id,
+                        page,
+                        start,
+                        end,
+                    });
+                }
             }
             None if stored => pages.tombstone(id),
             None => {}
         }
     }
-    let mut packed = Packed::default();
+    let mut packed = Packed {
+        bodies,
+        ..Packed::default()
+    };
     let budget = match pages.bytes() {
         0 => log::IDLE_CLEAN_BYTES,
         written => log::clean_budget(written as u64),
@@ -133,6 +159,29 @@ pub fn pack<'a>(
         packed.pages.push((slot, value));
     }
     Ok(packed)
+}
+
+/// Appends the image `word` leaves of a job to `pages`, with its put's
+/// body, else `stored()` (an update's image carries none); returns where
+/// it went, as [`PageBuilder::image`] does, and the body's length.
+fn write_image(
+    pages: &mut PageBuilder,
+    word: Word<'_>,
+    image: &JobImage,
+    stored: impl FnOnce() -> Option<Bytes>,
+) -> (usize, u32, usize) {
+    if word.whole {
+        let (page, len) = pages.image(image);
+        return (page, len, image.body.len());
+    }
+    let body = word.body.cloned().or_else(stored);
+    let body = body.expect("every updated job's body is found");
+    let body_len = body.len();
+    let (page, len) = pages.image(&JobImage {
+        body,
+        ..image.clone()
+    });
+    (page, len, body_len)
 }
 
 /// The batch's last word on each job, the jobs in the order first

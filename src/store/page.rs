@@ -97,6 +97,12 @@ impl PageBuilder {
         self.done.len()
     }
 
+    /// Where the last entry appended ends in its sealed page: a job's body
+    /// is the end of its image's entry.
+    pub fn end(&self) -> usize {
+        HEADER_LEN + self.current.len()
+    }
+
     /// The entry bytes appended so far.
     pub fn bytes(&self) -> usize {
         self.done.iter().map(Vec::len).sum::<usize>() + self.current.len()

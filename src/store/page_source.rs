@@ -6,6 +6,9 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+
+use super::body_cache::PageKey;
 use super::page::page_key;
 use super::slots::Slot;
 
@@ -22,6 +25,32 @@ impl AsRef<[u8]> for PageValue {
             PageValue::Sled(value) => value,
             PageValue::Owned(value) => value,
         }
+    }
+}
+
+impl PageValue {
+    /// The page as bytes the body cache can hold slices of, and the key it
+    /// charges the page under: sled's buffer is the one its cached node
+    /// holds, shared, not copied; a file's is charged its whole allocation.
+    pub fn shared(self) -> (Bytes, PageKey) {
+        let (page, charge) = match self {
+            PageValue::Sled(value) => {
+                let len = value.len();
+                (Bytes::from_owner(value), len)
+            }
+            PageValue::Owned(value) => {
+                let capacity = value.capacity();
+                (Bytes::from(value), capacity)
+            }
+        };
+        let key = PageKey::new(&page, charge);
+        (page, key)
+    }
+}
+
+impl From<Vec<u8>> for PageValue {
+    fn from(value: Vec<u8>) -> PageValue {
+        PageValue::Owned(value)
     }
 }
 

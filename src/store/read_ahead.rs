@@ -62,7 +62,7 @@ use std::thread::Thread;
 use bytes::Bytes;
 use sprout_protocol::JobId;
 
-use super::body_cache::{BodyCache, Settle};
+use super::body_cache::{BodyCache, PageKey, Settle};
 use super::directory::Directory;
 use super::entry::Entry;
 use super::page;
@@ -83,21 +83,25 @@ const RECENT: usize = 2 * LEAD as usize;
 /// No read-ahead with a cache smaller than this: four leads.
 pub const MIN_CACHE: u64 = 4 * LEAD * 4096;
 
-/// The bodies of the live jobs whose images page `value` holds, by job id
-/// in page order: none the engine holds itself (`INLINE_BODY`), none of a
-/// deleted job (`dir` places it nowhere), which nothing would ask for. An
-/// entry that does not check out is left out. Bodies no job changes, so
-/// any image's is its job's.
-pub fn live_bodies(dir: &Directory, value: &[u8]) -> Vec<(JobId, Bytes)> {
-    let Ok((_, entries)) = page::read(value) else {
+/// The bodies of the live jobs whose images `page` holds, by job id in
+/// page order, as slices of it: none the engine holds itself
+/// (`INLINE_BODY`), none of a deleted job (`dir` places it nowhere), which
+/// nothing would ask for. An entry that does not check out is left out.
+/// Bodies no job changes, so any image's is its job's.
+pub fn live_bodies(dir: &Directory, page: &Bytes) -> Vec<(JobId, Bytes)> {
+    let Ok((_, entries)) = page::read(page) else {
         return Vec::new();
     };
-    let body = |entry: Entry<'_>| {
-        let job = record::decode_job(entry.image()?).ok()?;
+    let mut decoder = record::Decoder::default();
+    let mut body = |entry: Entry<'_>| {
+        let job = decoder.job(page, entry.image()?).ok()?;
         let kept = job.id == entry.id && job.body.len() > INLINE_BODY;
         (kept && dir.find(job.id).is_some()).then_some((job.id, job.body))
     };
-    entries.map_while(Result::ok).filter_map(body).collect()
+    entries
+        .map_while(Result::ok)
+        .filter_map(&mut body)
+        .collect()
 }
 
 /// Puts `bodies` (of jobs `dir` placed, looked up after `dir` was at
@@ -114,11 +118,12 @@ pub fn live_bodies(dir: &Directory, value: &[u8]) -> Vec<(JobId, Bytes)> {
 pub fn keep(
     cache: &BodyCache,
     dir: &Directory,
+    page: PageKey,
     bodies: impl IntoIterator<Item = (JobId, Bytes)>,
     mark: Option<JobId>,
     since: u64,
 ) {
-    let new = cache.offer(bodies, mark);
+    let new = cache.offer(page, bodies, mark);
     if since.is_multiple_of(2) && dir.epoch() == since {
         return;
     }
@@ -306,15 +311,15 @@ impl Reader {
             Ok(Some(value)) => value,
             Ok(None) | Err(_) => return true,
         };
-        let value = value.as_ref();
+        let (value, key) = value.shared();
         // A freed slot may hold a newer page by now, one no drain is at.
-        if !matches!(page::read(value), Ok((stored, _)) if stored == seq) {
+        if !matches!(page::read(&value), Ok((stored, _)) if stored == seq) {
             return true;
         }
         let since = self.dir.epoch();
-        let bodies = live_bodies(&self.dir, value);
+        let bodies = live_bodies(&self.dir, &value);
         let mark = bodies.first().map(|&(id, _)| id);
-        keep(&self.cache, &self.dir, bodies, mark, since);
+        keep(&self.cache, &self.dir, key, bodies, mark, since);
         true
     }
 }

@@ -3,7 +3,9 @@
 //! unpinned body, but what it returns is exactly the model's body for that
 //! id, a pinned body is always there, and its bytes never exceed the bound
 //! plus the pinned ones. A mark a read-ahead set is served once, on the
-//! first hit of the body it was set on, and never on another body.
+//! first hit of the body it was set on, and never on another body. Bodies
+//! offered or shared are slices of one page, charged once while any is
+//! held.
 
 use std::collections::{HashMap, HashSet};
 
@@ -27,6 +29,9 @@ enum Op {
     },
     /// Each job unpinned, or removed if true (as sled takes records in).
     Settle(Vec<(JobId, bool)>),
+    /// A page sled took in with these jobs' images (their bodies as the
+    /// model has them; a byte longer if true, which must not be taken).
+    Share(Vec<(JobId, bool)>),
     Remove(JobId),
     Resize(u64),
 }
@@ -39,6 +44,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (proptest::collection::vec((id.clone(), 0..600usize), 0..6), proptest::option::of(0..6usize))
             .prop_map(|(bodies, mark)| Op::Offer { bodies, mark }),
         2 => proptest::collection::vec((id.clone(), any::<bool>()), 0..6).prop_map(Op::Settle),
+        2 => proptest::collection::vec((id.clone(), any::<bool>()), 0..6).prop_map(Op::Share),
         2 => id.prop_map(Op::Remove),
         1 => (0..4000u64).prop_map(Op::Resize),
     ]
@@ -75,15 +81,25 @@ fn check(cache: &BodyCache, model: &Model, max: u64) {
     assert_eq!(cache.stats.body_cache.bytes.load(RELAXED), bytes);
     let ring = cache.lock();
     let mut counted = 0;
+    let mut pages: HashMap<PageKey, u32> = HashMap::new();
     for (id, at) in ring.index.iter() {
         let slot = ring.slots[at as usize]
             .as_ref()
             .expect("indexed slots hold");
         assert_eq!(slot.id, id);
         assert_eq!(Some(&slot.body), model.bodies.get(&id), "job {id}");
+        assert!(
+            !(slot.pinned && slot.page.is_some()),
+            "job {id}: a pinned slice"
+        );
         counted += slot.charge();
+        if let Some(page) = slot.page {
+            *pages.entry(page).or_default() += 1;
+        }
     }
+    counted += pages.keys().map(|page| u64::from(page.charge)).sum::<u64>();
     assert_eq!(counted, bytes);
+    assert_eq!(pages, ring.pages.clone().into_iter().collect());
     for id in &model.pinned {
         assert!(ring.index.contains(*id), "pinned job {id} evicted");
     }
@@ -121,6 +137,7 @@ fn run(ops: Vec<Op>, max: u64) {
                 });
                 cache.settle(changes);
             }
+            Op::Share(jobs) => share(&cache, &model, jobs),
             Op::Remove(id) => {
                 cache.remove(id);
                 model.bodies.remove(&id);
@@ -162,7 +179,8 @@ fn offer(
         .filter(|(id, _)| ids.insert(*id))
         .map(|&(id, len)| (id, body(id, serial as u64, len)))
         .collect();
-    let new = cache.offer(offered.clone(), mark);
+    let (page, offered) = one_page(offered);
+    let new = cache.offer(page, offered.clone(), mark);
     for (id, b) in offered {
         // (One held may have been evicted by the offer's own, then put.)
         if new.contains(&id) {
@@ -173,6 +191,42 @@ fn offer(
     if let Some(id) = mark.filter(|&id| cache.peek(id).is_some()) {
         model.marked.insert(id);
     }
+}
+
+/// `bodies` copied into one page, and as slices of it.
+fn one_page(bodies: Vec<(JobId, Bytes)>) -> (PageKey, Vec<(JobId, Bytes)>) {
+    let page = Bytes::from(
+        bodies
+            .iter()
+            .flat_map(|(_, b)| b.to_vec())
+            .collect::<Vec<u8>>(),
+    );
+    let mut at = 0;
+    let slices = (bodies.into_iter())
+        .map(|(id, b)| {
+            at += b.len();
+            (id, page.slice(at - b.len()..at))
+        })
+        .collect();
+    (PageKey::new(&page, page.len()), slices)
+}
+
+/// A page holding `jobs`' bodies: each one held, unless pinned, becomes
+/// its slice (the model's check sees no difference but in the charges).
+fn share(cache: &BodyCache, model: &Model, jobs: Vec<(JobId, bool)>) {
+    let mut ids = HashSet::new();
+    let bodies = (jobs.iter())
+        .filter(|(id, _)| ids.insert(*id))
+        .filter_map(|&(id, longer)| {
+            let mut b = model.bodies.get(&id)?.to_vec();
+            if longer {
+                b.push(0);
+            }
+            Some((id, Bytes::from(b)))
+        })
+        .collect();
+    let (page, bodies) = one_page(bodies);
+    cache.share(page, bodies);
 }
 
 proptest! {

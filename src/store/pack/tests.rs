@@ -11,8 +11,19 @@ use crate::store::log::Replay;
 
 type Pages = HashMap<Slot, Vec<u8>>;
 
-/// Keeps pages in a map, as a store would.
+/// Keeps pages in a map, as a store would; first checks that each body
+/// the batch placed is where it says, in its job's image.
 fn apply(store: &mut Pages, packed: Packed) {
+    for placed in &packed.bodies {
+        let value = &packed.pages[placed.page as usize].1;
+        let (_, mut entries) = page::read(value).unwrap();
+        let entry = (entries
+            .find_map(|e| e.ok().filter(|e| e.id == placed.id && e.image().is_some())))
+        .expect("a placed job's image is in its page");
+        let job = record::decode_job(entry.image().unwrap()).unwrap();
+        assert!(job.body.len() > INLINE_BODY);
+        assert_eq!(&value[placed.range()], &job.body[..]);
+    }
     for slot in packed.freed {
         store.remove(&slot);
     }
@@ -112,6 +123,7 @@ fn the_last_word_on_each_job_is_packed_and_old_pages_are_cleaned() {
     for id in 1..=300 {
         let records = [Record::Put(image(id, 10_000))];
         let packed = pack(&mut log, &records, usize::MAX, none, none_page).unwrap();
+        assert_eq!(packed.bodies.iter().map(|b| b.id).collect::<Vec<_>>(), [id]);
         apply(&mut store, packed);
     }
     let mut freed = 0;

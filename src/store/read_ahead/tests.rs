@@ -109,16 +109,16 @@ fn a_body_whose_job_was_deleted_meanwhile_is_not_kept() {
     let (bodies, _) = store(&ids, MIN_CACHE);
     let found = bodies.dir.find(5).unwrap();
     let source = bodies.source.lock().unwrap().clone().unwrap();
-    let value = source.page(found.slot).unwrap().unwrap();
+    let (value, page) = source.page(found.slot).unwrap().unwrap().shared();
     let since = bodies.dir.epoch();
-    let read = live_bodies(&bodies.dir, value.as_ref());
+    let read = live_bodies(&bodies.dir, &value);
     assert_eq!(read.len(), 10);
     // The delete of job 5 is taken in, as the absorber does: out of the
     // directory in a batch, then out of the cache (which does not hold it
     // yet).
     bodies.dir.change(|| bodies.dir.lock().jobs.remove(5));
     bodies.cache.settle([Settle::Remove(5)]);
-    keep(&bodies.cache, &bodies.dir, read, Some(1), since);
+    keep(&bodies.cache, &bodies.dir, page, read, Some(1), since);
     assert_eq!(bodies.cache.peek(5), None);
     assert_eq!(bodies.cache.peek(4), Some(body(4)));
     assert_eq!(bodies.cache.find(1).map(|(_, marked)| marked), Some(true));
@@ -127,8 +127,8 @@ fn a_body_whose_job_was_deleted_meanwhile_is_not_kept() {
     // of the cache first, for the keep to put it in.)
     bodies.cache.settle([Settle::Remove(6)]);
     let since = bodies.dir.epoch();
-    let read = live_bodies(&bodies.dir, value.as_ref());
-    keep(&bodies.cache, &bodies.dir, read, None, since);
+    let read = live_bodies(&bodies.dir, &value);
+    keep(&bodies.cache, &bodies.dir, page, read, None, since);
     assert_eq!(bodies.cache.peek(6), Some(body(6)));
     bodies.dir.change(|| bodies.dir.lock().jobs.remove(6));
     bodies.cache.settle([Settle::Remove(6)]);

@@ -41,7 +41,8 @@ pub struct Packed {
     /// Live images copied out of cleaned pages.
     pub moved: u64,
     /// Where the batch's bodies longer than `INLINE_BODY` lie in `pages`:
-    /// the body cache holds them as slices of the pages (`body_read.rs`).
+    /// the body cache comes to hold them as slices of the pages
+    /// (`share.rs`).
     pub bodies: Vec<Placed>,
 }
 

@@ -30,7 +30,7 @@
 //! A body read back is held as a slice of its page ([`PageKey`]), not a
 //! copy, and so is a put's once the store is quiet (`share.rs`): sled
 //! keeps the pages it wrote or read in its own cache, so a copy held every
-//! such body twice (issue 33: 10k 1 KiB jobs, ~10 MB). A page is charged
+//! such body twice (issue 33: 10k 1 KiB jobs, ~9 MB). A page is charged
 //! once, in full, while any of its bodies is held, so the bound still
 //! holds for what the cache alone keeps alive once sled lets the page go.
 

@@ -37,6 +37,7 @@ use super::body_read::Bodies;
 use super::log::Log;
 use super::pack::{self, Placed};
 use super::page;
+use super::reclaim::Garbage;
 use super::record::{COMMIT_KEY, NEXT_ID_KEY};
 use super::share::Unshared;
 use super::slots::Slot;
@@ -115,6 +116,8 @@ pub struct Absorber {
     pub bodies: Arc<Bodies>,
     /// Bodies the cache may hold as copies of what sled's pages hold.
     pub unshared: Unshared,
+    /// What sled replaced and has not freed yet (`reclaim.rs`).
+    pub garbage: Garbage,
 }
 
 #[derive(Default)]
@@ -156,6 +159,8 @@ impl Absorber {
     pub fn run(mut self, rx: mpsc::Receiver<Absorb>) {
         let mut window = Window::default();
         let mut low_disk_until: Option<Instant> = None;
+        // Recovery read all of sled.
+        self.garbage.made(Instant::now());
         loop {
             let now = Instant::now();
             let apply = window.full() || window.due().is_some_and(|due| due <= now);
@@ -174,6 +179,10 @@ impl Absorber {
             );
             let share_at = self.unshared.due().filter(|_| self.broken.is_none());
             let idle_work = self.can_clean() || share_at.is_some_and(|at| at <= now);
+            let quiet = window.frames.is_empty() && !idle_work && share_at.is_none();
+            if quiet && low_disk_until.is_none() {
+                self.garbage.collect(now);
+            }
             let received = if window.frames.is_empty() && idle_work {
                 match rx.try_recv() {
                     Err(TryRecvError::Empty) => {
@@ -245,6 +254,7 @@ impl Absorber {
     /// Nothing waits: a cleaning step on its own, or else (the store
     /// quiet) cached bodies made slices of sled's pages (`share.rs`).
     fn idle_step(&mut self) {
+        self.garbage.made(Instant::now());
         if self.can_clean() {
             let result = self.commit(&[]);
             self.report(result);
@@ -271,6 +281,7 @@ impl Absorber {
         }
         let window = std::mem::take(window);
         if self.broken.is_none() {
+            self.garbage.made(Instant::now());
             let result = self.commit(&window.frames);
             if let Some((pages, placed)) = self.report(result) {
                 self.state.ids_below = window.ids_below;

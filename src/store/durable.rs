@@ -27,6 +27,7 @@ use super::body_cache::BodyCache;
 use super::body_read::Bodies;
 use super::journal::{Journal, Settings};
 use super::keeper::Keeper;
+use super::reclaim::Garbage;
 pub use super::recover::Restore;
 use super::recover::{self, Recovered};
 use super::share::Unshared;
@@ -151,6 +152,7 @@ impl DurableStore {
             low_disk: false,
             bodies: bodies.clone(),
             unshared: Unshared::default(),
+            garbage: Garbage::default(),
         };
         spawn("sprout-store", move || absorber.run(absorb_rx))?;
         spawn("sprout-alloc", move || allocator.run(calls))?;

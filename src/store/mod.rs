@@ -33,6 +33,7 @@
 //!   checked;
 //!   `read_ahead.rs`: the pages after it read in the background, for a drain;
 //!   `share.rs`: cached bodies made slices of sled's pages, when idle;
+//!   `reclaim.rs`: what sled replaced, freed when idle;
 //! - `durable.rs`: opens all of it and wires the threads.
 //!
 //! Without `-b` there is no store at all ([`Memory`]), and the engine keeps
@@ -71,6 +72,7 @@ mod page_table;
 mod places;
 mod read_ahead;
 mod reader;
+mod reclaim;
 mod record;
 mod recover;
 mod room;

@@ -59,10 +59,9 @@ pub struct Engine {
     pub(super) draining: bool,
     /// What the store can still take (see `admission.rs`).
     pub(super) room: Room,
-    /// The store's current journal file, and by slot the file each job's
-    /// latest record went to (empty without a journal).
+    /// The store's current journal file (by slot, the file each job's
+    /// latest record went to is in the job table).
     pub(super) file: u32,
-    pub(super) files: Vec<u32>,
     /// The oldest journal file the store still keeps, as it last said.
     pub(super) oldest_file: u64,
     /// In cluster mode, this node's part in it (`stats` shows it).
@@ -96,7 +95,6 @@ impl Engine {
             draining: false,
             room: Room::UNLIMITED,
             file: 0,
-            files: Vec::new(),
             oldest_file: 0,
             cluster: None,
             ext: Ext::default(),

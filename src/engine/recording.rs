@@ -73,11 +73,7 @@ impl Engine {
 
     /// Job `slot`'s latest record goes to the current journal file.
     pub(super) fn written_to_file(&mut self, slot: JobSlot) {
-        let at = slot.at();
-        if self.files.len() <= at {
-            self.files.resize(at + 1, 0);
-        }
-        self.files[at] = self.file;
+        self.jobs.set_file(slot, self.file);
     }
 
     /// Whether the store has room to record a new state of job `slot`.
@@ -97,7 +93,6 @@ impl Engine {
         if !self.config.journal {
             return 0;
         }
-        let written = self.files.get(slot.at()).copied().unwrap_or(0);
-        u64::from(written).max(self.oldest_file)
+        u64::from(self.jobs.file(slot)).max(self.oldest_file)
     }
 }

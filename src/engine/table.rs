@@ -101,6 +101,9 @@ pub(super) struct JobTable {
     spilled: BTreeMap<JobSlot, Counts>,
     /// By slot: the job's position in its heap (meaningless for a job in none).
     heap_pos: Vec<u32>,
+    /// By slot: the journal file its latest record went to (`stats-job`'s
+    /// `file`), 0 for none; empty without a journal.
+    files: Vec<u32>,
     free: Vec<JobSlot>,
     /// Where ids are found; at most 3/4 full.
     index: IdIndex,
@@ -199,6 +202,7 @@ impl JobTable {
             profiles: Profiles::default(),
             spilled: BTreeMap::new(),
             heap_pos: Vec::new(),
+            files: Vec::new(),
             free: Vec::new(),
             index: IdIndex::with_log2(MIN_BUCKETS_LOG2),
             old: None,
@@ -413,7 +417,7 @@ impl JobTable {
     }
 
     /// Once the last job is gone, gives back the room a burst grew: the
-    /// slab, the positions, the free list and the index keep their peak
+    /// slab, the positions, the journal files, the free list and the index keep their peak
     /// size while any job is left (slots stay put): a `-b` server drained
     /// of 1M 100-byte jobs held 112 MB, 54 MB with this. (The heaps and
     /// the body slabs give theirs back as they empty.)
@@ -423,16 +427,36 @@ impl JobTable {
         }
         self.slab = Vec::new();
         self.heap_pos = Vec::new();
+        self.files = Vec::new();
         self.free = Vec::new();
         self.index = IdIndex::with_log2(MIN_BUCKETS_LOG2);
         self.old = None;
         self.moved = 0;
     }
 
-    /// The slots the slab has room for and the index's buckets.
+    /// The slots the slab has room for, the index's buckets and the slots
+    /// journal files are kept for.
     #[cfg(test)]
-    pub(super) fn room(&self) -> (usize, usize) {
-        (self.slab.capacity(), self.index.buckets.len())
+    pub(super) fn room(&self) -> (usize, usize, usize) {
+        (
+            self.slab.capacity(),
+            self.index.buckets.len(),
+            self.files.capacity(),
+        )
+    }
+
+    /// The journal file job `slot`'s latest record went to (0: none).
+    pub(super) fn file(&self, slot: JobSlot) -> u32 {
+        self.files.get(slot.at()).copied().unwrap_or(0)
+    }
+
+    /// Job `slot`'s latest record went to journal file `file`.
+    pub(super) fn set_file(&mut self, slot: JobSlot, file: u32) {
+        let at = slot.at();
+        if self.files.len() <= at {
+            self.files.resize(at + 1, 0);
+        }
+        self.files[at] = file;
     }
 
     /// Where the job in `slot` sits in its tube's ready or delay heap.

@@ -78,14 +78,19 @@ fn an_emptied_job_table_gives_back_its_room_and_serves_on() {
         ids.map(put).collect()
     };
     let burst = put(&mut table, 1..20_001);
-    let (slots, buckets) = table.room();
+    for &(_, slot) in &burst {
+        table.set_file(slot, 7);
+    }
+    let (slots, buckets, files) = table.room();
     assert!(slots >= 20_000 && buckets >= 16_384, "{slots} {buckets}");
+    assert!(files >= 20_000, "{files}");
     // While a job is left, slots stay put, and so does the room.
     for &(id, slot) in &burst[1..] {
         assert_eq!(table.remove(slot).0, id);
     }
-    assert_eq!(table.room(), (slots, buckets));
+    assert_eq!(table.room(), (slots, buckets, files));
     assert_eq!(table.find(1), Some(burst[0].1));
+    assert_eq!(table.file(burst[0].1), 7);
     assert_eq!(table.body_bytes(burst[0].1), &table_body(1)[..]);
     assert_eq!(table.remove(burst[0].1).0, 1);
     assert_eq!(table.room(), JobTable::new().room());

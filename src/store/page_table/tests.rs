@@ -91,3 +91,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_burst_leaving_oldest_first_gives_its_room_back() {
+    let mut table = PageTable::default();
+    for seq in 0..100_000 {
+        table.insert(seq, page(seq as Slot, 4096));
+    }
+    assert!(table.room() >= 100_000);
+    for seq in 0..99_990 {
+        assert_eq!(table.pop_first(), Some((seq, page(seq as Slot, 4096))));
+    }
+    assert!(table.room() <= KEEP_ENTRIES, "{}", table.room());
+    assert_eq!(table.first(), Some((99_990, page(99_990, 4096))));
+    assert_eq!(table.get(99_999), Some(page(99_999, 4096)));
+    assert_eq!(table.insert(100_000, page(1, 10)), None);
+    assert_eq!(table.slots().count(), 11);
+}

@@ -22,7 +22,7 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sprout_protocol::JobId;
@@ -43,7 +43,6 @@ use crate::engine::{JobImage, Record, INLINE_BODY};
 const RETRIES: u32 = 16;
 /// How long a read waits for the writer to finish a batch, at most.
 const SETTLE: Duration = Duration::from_secs(5);
-const SETTLE_POLL: Duration = Duration::from_micros(200);
 
 /// Why no body was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +85,7 @@ pub fn read<V: Into<PageValue>>(
     let damaged = |why: &str| Failed::Damaged(format!("job {id}: {why}"));
     let mut last = "";
     for _ in 0..=RETRIES {
-        let epoch = settled(dir);
+        let epoch = dir.settled(SETTLE);
         let attempt = match dir.find(id) {
             None => Err(Miss::Stale("no place")),
             Some(found) => match read_page(found.slot) {
@@ -125,19 +124,6 @@ fn neighbors_in(dir: &Directory, page: &Bytes, id: JobId) -> Neighbors {
     let mut bodies = read_ahead::live_bodies(dir, page);
     bodies.retain(|&(other, _)| other != id);
     bodies
-}
-
-/// The epoch once the writer is not in the middle of a batch (or after
-/// [`SETTLE`], should it never finish one).
-fn settled(dir: &Directory) -> u64 {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let epoch = dir.epoch();
-        if epoch.is_multiple_of(2) || Instant::now() > deadline {
-            return epoch;
-        }
-        std::thread::sleep(SETTLE_POLL);
-    }
 }
 
 /// The body in page `value`, if it is the page `found` names and holds an

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::time::Instant;
 
 use super::*;
 use crate::engine::JobImage;

@@ -20,8 +20,10 @@
 //!   decision, a connection's session, the audit trail; it knows only the
 //!   protocol and `peer`), `pending` (the slots and deadline of connections
 //!   not yet trusted: `--max-pending`, `--handshake-timeout`), `percent`
-//!   (URL encoding), [`service`] (systemd readiness and socket
-//!   activation), [`user`] (`-u`).
+//!   (URL encoding), `shrink` (when a collection a burst grew gives its
+//!   room back: the engine's heaps, the store's page table and places),
+//!   [`service`] (systemd readiness and socket activation), [`user`]
+//!   (`-u`).
 //! * [`tls`]: TLS on the beanstalk port: its flags, certificates reloaded
 //!   on SIGHUP, the handshake and the identity a client certificate
 //!   proves; and the client side for sprout's own TLS clients.
@@ -157,6 +159,7 @@ mod percent;
 pub mod server;
 pub mod service;
 mod shared;
+mod shrink;
 mod store;
 mod timer;
 pub mod tls;

@@ -26,6 +26,7 @@
 
 use super::job::JobRow;
 use super::table::{JobSlot, JobTable};
+use crate::shrink::shrunk;
 
 /// Children per node.
 const ARITY: usize = 4;
@@ -33,15 +34,6 @@ const ARITY: usize = 4;
 /// Entries a heap keeps room for however few it holds: giving back less
 /// is not worth a reallocation.
 const KEEP: usize = 4096;
-
-/// The capacity a heap of `len` entries in room for `capacity` shrinks
-/// to, if it should: half, once it is under a quarter full. A burst's
-/// memory goes back as its jobs leave (50M delayed jobs left 1.4 GB of
-/// empty heaps behind), and between two reallocations a quarter of the
-/// capacity is pushed or popped, so each entry pays O(1) for them.
-fn shrunk(len: usize, capacity: usize) -> Option<usize> {
-    (capacity > KEEP && len < capacity / 4).then_some((capacity / 2).max(KEEP))
-}
 
 /// A heap entry: a job's slot and a copy of its order key.
 pub(super) trait HeapEntry: Copy + PartialEq {
@@ -169,7 +161,7 @@ impl<E: HeapEntry> SlotHeap<E> {
         let at = jobs.heap_pos(slot);
         debug_assert!(self.entries[at] == E::of(&jobs[slot], slot));
         let last = self.entries.pop().expect("heap holds the job");
-        if let Some(capacity) = shrunk(self.entries.len(), self.entries.capacity()) {
+        if let Some(capacity) = shrunk(self.entries.len(), self.entries.capacity(), KEEP) {
             self.entries.shrink_to(capacity);
         }
         if at == self.entries.len() {
@@ -275,28 +267,5 @@ impl<E: HeapEntry> SlotHeap<E> {
             at = child;
         }
         self.set(at, entry, jobs);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_heap_gives_half_back_once_under_a_quarter_full() {
-        let cases = [
-            // (len, capacity, shrinks to)
-            (0, KEEP, None),
-            (10, KEEP, None),
-            (KEEP, 4 * KEEP, None),
-            (KEEP - 1, 4 * KEEP, Some(2 * KEEP)),
-            (KEEP / 2 - 1, 2 * KEEP, Some(KEEP)),
-            (0, KEEP + 1, Some(KEEP)),
-            (1_000_000, 1 << 24, Some(1 << 23)),
-            (1 << 22, 1 << 24, None),
-        ];
-        for (len, capacity, want) in cases {
-            assert_eq!(shrunk(len, capacity), want, "{len} of {capacity}");
-        }
     }
 }

@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 
 use super::slots::Slot;
+use crate::shrink::shrunk;
 
 /// A stored page: where it is kept, and its size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,9 +122,9 @@ impl PageTable {
     }
 
     /// Drops holes at both ends, so the first entry is a page, and gives
-    /// half the room back once under a quarter is used: a burst's pages
-    /// leave, oldest first, and its room went with them only at a restart
-    /// (4 MB after 1M jobs of 1 KiB).
+    /// room back as `shrink.rs` says: a burst's pages leave, oldest first,
+    /// and its room went with them only at a restart (4 MB after 1M jobs
+    /// of 1 KiB).
     fn trim(&mut self) {
         while self.entries.back().is_some_and(|e| e.slot == HOLE) {
             self.entries.pop_back();
@@ -132,9 +133,9 @@ impl PageTable {
             self.entries.pop_front();
             self.first += 1;
         }
-        let len = self.entries.len();
-        if self.entries.capacity() > (4 * len).max(KEEP_ENTRIES) {
-            self.entries.shrink_to((2 * len).max(KEEP_ENTRIES / 2));
+        let (len, room) = (self.entries.len(), self.entries.capacity());
+        if let Some(capacity) = shrunk(len, room, KEEP_ENTRIES) {
+            self.entries.shrink_to(capacity);
         }
     }
 

@@ -23,6 +23,8 @@
 use rustc_hash::FxHashMap;
 use sprout_protocol::JobId;
 
+use crate::shrink::shrunk;
+
 /// Ids per chunk: one bit each in a `u64`.
 const CHUNK: u64 = 64;
 
@@ -157,13 +159,14 @@ impl Places {
         Some(removed)
     }
 
-    /// Gives most of the chunk map's room back once it is nearly empty: a
-    /// burst's chunks leave and their buckets stayed (1.3 MB after 1M
-    /// jobs, 64 MB after 50M).
+    /// Gives the chunk map's room back as `shrink.rs` says: a burst's
+    /// chunks leave and their buckets stayed (1.3 MB after 1M jobs, 64 MB
+    /// after 50M). The map rounds a capacity up to its buckets' (7/8 of a
+    /// power of two), so near the floor a shrink may change nothing.
     fn give_room_back(&mut self) {
-        let len = self.chunks.len();
-        if self.chunks.capacity() > (8 * len).max(KEEP_CHUNKS) {
-            self.chunks.shrink_to(2 * len);
+        let (len, room) = (self.chunks.len(), self.chunks.capacity());
+        if let Some(capacity) = shrunk(len, room, KEEP_CHUNKS) {
+            self.chunks.shrink_to(capacity);
         }
     }
 
@@ -228,7 +231,7 @@ mod tests {
         for id in (1..=640_000).filter(|id| id % 64_000 != 0) {
             assert_eq!(places.remove(id), Some(Place::new(id / 30, 100)));
         }
-        assert!(places.room() <= KEEP_CHUNKS, "{}", places.room());
+        assert!(places.room() < 2 * KEEP_CHUNKS, "{}", places.room());
         assert_eq!(places.len(), 10);
         for id in (64_000..=640_000).step_by(64_000) {
             assert_eq!(places.get(id), Some(Place::new(id / 30, 100)));
